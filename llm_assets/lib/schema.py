@@ -1,0 +1,115 @@
+"""Column names and Arrow schemas shared by every kernel.
+
+Every stage passes documents as Arrow tables with the document columns below, and returns the rows
+it drops as a rejects table with :data:`REJECT_SCHEMA`. Keeping both in one module is what lets
+the warehouse build one SQL view per asset and one per asset's rejects.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+# --- document columns -------------------------------------------------------------------------
+DOC_ID = "doc_id"
+"""Stable id: 16 hex chars of SHA-256 over ``source_file`` NUL ``source_line`` (see :func:`make_doc_id`)."""
+SOURCE_FILE = "source_file"
+"""Path of the input file relative to the input folder, with ``/`` separators."""
+SOURCE_LINE = "source_line"
+"""1-based line number (JSONL, TXT: the paragraph's first line) or record number (CSV, Parquet).
+0 for a reject that concerns a whole file (an empty or unreadable file)."""
+TEXT = "text"
+METADATA = "metadata"
+"""The input record's other fields as a JSON object string, or null when there are none."""
+INPUT_IDS = "input_ids"
+N_TOKENS = "n_tokens"
+
+DOCUMENT_SCHEMA = pa.schema(
+    [
+        pa.field(DOC_ID, pa.string(), nullable=False),
+        pa.field(SOURCE_FILE, pa.string(), nullable=False),
+        pa.field(SOURCE_LINE, pa.int64(), nullable=False),
+        pa.field(TEXT, pa.string(), nullable=False),
+        pa.field(METADATA, pa.string()),
+    ]
+)
+"""Schema of ``raw_documents`` and ``normalized_documents``. Later stages append columns."""
+
+# --- rejects ----------------------------------------------------------------------------------
+STAGE = "stage"
+REASON = "reason"
+VALUE = "value"
+SAMPLE = "sample"
+SAMPLE_CHARS = 200
+"""Rejects keep at most this many characters of the offending text or line, for people to read."""
+
+REJECT_SCHEMA = pa.schema(
+    [
+        pa.field(DOC_ID, pa.string(), nullable=False),
+        pa.field(SOURCE_FILE, pa.string(), nullable=False),
+        pa.field(SOURCE_LINE, pa.int64(), nullable=False),
+        pa.field(STAGE, pa.string(), nullable=False),
+        pa.field(REASON, pa.string(), nullable=False),
+        pa.field(VALUE, pa.string()),
+        pa.field(SAMPLE, pa.string()),
+    ]
+)
+"""Every dropped row, whatever the stage: where it came from, why, and the measured value."""
+
+
+def make_doc_id(source_file: str, source_line: int) -> str:
+    """Return the stable id of the record at ``source_file``:``source_line``.
+
+    Derived from the location, not the content, so two identical texts in different places keep
+    different ids (dedup decides which one survives) and re-ingesting a file gives the same ids.
+    """
+    digest = hashlib.sha256(f"{source_file}\0{source_line}".encode()).hexdigest()
+    return digest[:16]
+
+
+def empty_rejects() -> pa.Table:
+    """An empty table with :data:`REJECT_SCHEMA`."""
+    return REJECT_SCHEMA.empty_table()
+
+
+def rejects_table(
+    *,
+    doc_ids: list[str],
+    source_files: list[str],
+    source_lines: list[int],
+    stage: str,
+    reasons: list[str],
+    values: list[str | None] | None = None,
+    samples: list[str | None] | None = None,
+) -> pa.Table:
+    """Build a rejects table from Python lists (all of the same length); truncates samples."""
+    n = len(doc_ids)
+    values = values if values is not None else [None] * n
+    samples = samples if samples is not None else [None] * n
+    samples = [s[:SAMPLE_CHARS] if isinstance(s, str) else s for s in samples]
+    return pa.table(
+        {
+            DOC_ID: pa.array(doc_ids, pa.string()),
+            SOURCE_FILE: pa.array(source_files, pa.string()),
+            SOURCE_LINE: pa.array(source_lines, pa.int64()),
+            STAGE: pa.array([stage] * n, pa.string()),
+            REASON: pa.array(reasons, pa.string()),
+            VALUE: pa.array(values, pa.string()),
+            SAMPLE: pa.array(samples, pa.string()),
+        },
+        schema=REJECT_SCHEMA,
+    )
+
+
+@dataclass(frozen=True)
+class StageResult:
+    """What a kernel returns for one batch: the rows it keeps and the rows it rejects.
+
+    The invariant every kernel keeps: ``kept.num_rows + rejects.num_rows`` equals the rows it was
+    given (for ingest: the records it read).
+    """
+
+    kept: pa.Table
+    rejects: pa.Table
