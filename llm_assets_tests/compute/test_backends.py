@@ -1,0 +1,115 @@
+"""Every compute backend runs real tasks in real processes: order, retries, failures."""
+
+from __future__ import annotations
+
+import pytest
+
+from llm_assets.compute.base import ShardTaskFailed
+from llm_assets.compute.resource import make_backend
+from llm_assets.compute.testing import ProbeTask, run_probe
+
+LOCAL_BACKENDS = ["in_process", "multiprocess"]
+
+
+@pytest.fixture(scope="module")
+def ray_backend():
+    backend = make_backend("ray", workers=2, max_attempts=3)
+    yield backend
+    backend.close()
+
+
+def _backend(name, request, **kwargs):
+    if name == "ray":
+        return request.getfixturevalue("ray_backend")
+    return make_backend(name, workers=2, **kwargs)
+
+
+@pytest.mark.parametrize("name", [*LOCAL_BACKENDS, pytest.param("ray", marks=pytest.mark.slow)])
+def test_results_in_task_order_with_progress_callback(name, request):
+    backend = _backend(name, request)
+    seen = []
+    tasks = [ProbeTask(key=f"t{i}", value=i) for i in range(7)]
+    try:
+        results = backend.run(run_probe, tasks, lambda i, r: seen.append(i))
+    finally:
+        if name != "ray":
+            backend.close()
+    assert [r["value"] for r in results] == [i * i for i in range(7)]
+    assert sorted(seen) == list(range(7))
+    if name != "in_process":
+        import os
+
+        assert os.getpid() not in {r["pid"] for r in results}
+
+
+def test_empty_task_list_starts_nothing():
+    backend = make_backend("multiprocess", workers=2)
+    assert backend.run(run_probe, []) == []
+    assert backend.worker_pids() == []
+
+
+@pytest.mark.parametrize("name", [*LOCAL_BACKENDS, pytest.param("ray", marks=pytest.mark.slow)])
+def test_raising_task_is_retried_then_succeeds(name, request, tmp_path):
+    backend = _backend(name, request, max_attempts=3)
+    tasks = [ProbeTask("a", 2), ProbeTask("b", 3, str(tmp_path), fail_times=2, mode="raise")]
+    try:
+        results = backend.run(run_probe, tasks)
+    finally:
+        if name != "ray":
+            backend.close()
+    assert [r["value"] for r in results] == [4, 9]
+    assert len(list(tmp_path.glob("b.*"))) == 3
+
+
+@pytest.mark.parametrize("name", [*LOCAL_BACKENDS, pytest.param("ray", marks=pytest.mark.slow)])
+def test_task_failing_every_attempt_names_the_shard(name, request, tmp_path):
+    backend = _backend(name, request, max_attempts=2)
+    tasks = [
+        ProbeTask("fine", 1),
+        ProbeTask("doomed", 2, str(tmp_path), fail_times=9, mode="raise"),
+    ]
+    with pytest.raises(ShardTaskFailed, match="doomed") as info:
+        backend.run(run_probe, tasks)
+    if name != "ray":
+        backend.close()
+        assert info.value.attempts == 2
+    assert "planned failure" in str(info.value)
+
+
+def test_multiprocess_worker_killed_mid_shard_is_replaced_and_shard_retried(tmp_path):
+    backend = make_backend("multiprocess", workers=2, max_attempts=3)
+    tasks = [ProbeTask(f"t{i}", i) for i in range(4)]
+    tasks.append(ProbeTask("victim", 5, str(tmp_path), fail_times=1, mode="kill"))
+    try:
+        first_pids = None
+        results = backend.run(run_probe, tasks)
+        first_pids = set(backend.worker_pids())
+    finally:
+        backend.close()
+    assert [r["value"] for r in results] == [0, 1, 4, 9, 25]
+    assert len(list(tmp_path.glob("victim.*"))) == 2
+    assert len(first_pids) == 2
+
+
+def test_multiprocess_worker_that_keeps_dying_fails_the_run(tmp_path):
+    backend = make_backend("multiprocess", workers=2, max_attempts=2)
+    tasks = [ProbeTask("always-dies", 1, str(tmp_path), fail_times=99, mode="kill")]
+    with pytest.raises(ShardTaskFailed, match=r"always-dies.*worker process died"):
+        backend.run(run_probe, tasks)
+    assert backend.worker_pids() == []
+
+
+@pytest.mark.slow
+def test_ray_worker_killed_mid_shard_is_retried(ray_backend, tmp_path):
+    tasks = [
+        ProbeTask("r0", 3),
+        ProbeTask("ray-victim", 4, str(tmp_path), fail_times=1, mode="kill"),
+    ]
+    results = ray_backend.run(run_probe, tasks)
+    assert [r["value"] for r in results] == [9, 16]
+    assert len(list(tmp_path.glob("ray-victim.*"))) == 2
+
+
+def test_unknown_backend_is_a_clear_error():
+    with pytest.raises(ValueError, match="unknown compute backend 'spark'"):
+        make_backend("spark")
