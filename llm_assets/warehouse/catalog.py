@@ -1,0 +1,299 @@
+"""The DuckDB catalog beside the Parquet shards: lineage, restart bookkeeping and SQL views.
+
+Only the driver process writes it, through short-lived connections (DuckDB lets one process hold a
+file read-write and no other process open it at the same time). A connection that finds the file
+locked by another process waits and retries, then fails with a message that says so.
+
+Tables: ``materializations`` (one row per asset per run), ``shards`` (every shard ever written,
+with rows, bytes, checksum and what it was computed from) and ``current_shards`` (which shards make
+up each asset now). Views: one per asset over its current Parquet, one per asset's rejects
+(``<asset>_rejects``) and ``rejects`` over all of them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from llm_assets.constants import PIPELINE_ASSETS
+from llm_assets.lib.schema import REJECT_SCHEMA
+
+_SCHEMA_SQL = """
+CREATE TABLE IF NOT EXISTS materializations (
+    materialization_id VARCHAR PRIMARY KEY,
+    asset VARCHAR NOT NULL,
+    fingerprint VARCHAR NOT NULL,
+    run_id VARCHAR,
+    backend VARCHAR,
+    config JSON,
+    code_version VARCHAR,
+    started_at TIMESTAMP,
+    finished_at TIMESTAMP,
+    wall_seconds DOUBLE,
+    shards INTEGER,
+    shards_skipped INTEGER,
+    rows_in BIGINT,
+    rows_out BIGINT,
+    rows_rejected BIGINT,
+    extra JSON
+);
+CREATE TABLE IF NOT EXISTS shards (
+    asset VARCHAR NOT NULL,
+    fingerprint VARCHAR NOT NULL,
+    shard VARCHAR NOT NULL,
+    path VARCHAR NOT NULL,
+    rejects_path VARCHAR,
+    rows_in BIGINT,
+    rows_out BIGINT,
+    rows_rejected BIGINT,
+    bytes BIGINT,
+    checksum VARCHAR,
+    input_fingerprint VARCHAR,
+    input_shards JSON,
+    config JSON,
+    code_version VARCHAR,
+    run_id VARCHAR,
+    seconds DOUBLE,
+    recorded_at TIMESTAMP DEFAULT current_timestamp,
+    PRIMARY KEY (asset, fingerprint, shard)
+);
+CREATE TABLE IF NOT EXISTS current_shards (
+    asset VARCHAR NOT NULL,
+    position INTEGER NOT NULL,
+    shard VARCHAR NOT NULL,
+    fingerprint VARCHAR NOT NULL,
+    path VARCHAR NOT NULL,
+    rejects_path VARCHAR,
+    materialization_id VARCHAR,
+    PRIMARY KEY (asset, position)
+);
+"""
+
+_SHARD_COLUMNS = (
+    "asset",
+    "fingerprint",
+    "shard",
+    "path",
+    "rejects_path",
+    "rows_in",
+    "rows_out",
+    "rows_rejected",
+    "bytes",
+    "checksum",
+    "input_fingerprint",
+    "input_shards",
+    "config",
+    "code_version",
+    "run_id",
+    "seconds",
+)
+
+
+class CatalogLockedError(RuntimeError):
+    """Another process holds the catalog file (a second run, or an open ``duckdb`` shell)."""
+
+
+@dataclass(frozen=True)
+class ShardRecord:
+    """One finished shard, as the catalog stores it."""
+
+    asset: str
+    fingerprint: str
+    shard: str
+    path: str
+    rejects_path: str | None
+    rows_in: int
+    rows_out: int
+    rows_rejected: int
+    bytes: int
+    checksum: str
+    input_fingerprint: str
+    input_shards: Sequence[str] = field(default_factory=tuple)
+    config: str = "{}"
+    code_version: str = ""
+    run_id: str = ""
+    seconds: float = 0.0
+
+    def values(self) -> list[Any]:
+        row = asdict(self)
+        row["input_shards"] = json.dumps(list(self.input_shards))
+        return [row[c] for c in _SHARD_COLUMNS]
+
+
+def _check_asset(asset: str) -> str:
+    """Asset names become SQL identifiers: only names from the allow-list pass."""
+    if asset not in PIPELINE_ASSETS:
+        raise ValueError(f"{asset!r} is not a pipeline asset; expected one of {PIPELINE_ASSETS}")
+    return asset
+
+
+def _sql_list(paths: Sequence[str]) -> str:
+    """A SQL list literal of file paths (paths are ours, still quoted and escaped)."""
+    return "[" + ", ".join("'" + p.replace("'", "''") + "'" for p in paths) + "]"
+
+
+class Catalog:
+    """The warehouse's DuckDB file. Cheap to construct; connects only inside each call."""
+
+    def __init__(self, path: str | Path, lock_timeout_s: float = 60.0) -> None:
+        self.path = Path(path)
+        self.lock_timeout_s = lock_timeout_s
+
+    @contextlib.contextmanager
+    def connect(self, read_only: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A short-lived connection; waits up to ``lock_timeout_s`` while another process holds
+        the file."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        deadline = time.monotonic() + self.lock_timeout_s
+        delay = 0.05
+        while True:
+            try:
+                con = duckdb.connect(str(self.path), read_only=read_only and self.path.exists())
+                break
+            except duckdb.IOException as exc:
+                if "lock" not in str(exc).lower() or time.monotonic() > deadline:
+                    raise CatalogLockedError(
+                        f"the warehouse catalog {self.path} is in use by another process "
+                        f"(waited {self.lock_timeout_s:g} s): {exc}"
+                    ) from exc
+                time.sleep(delay)
+                delay = min(delay * 2, 1.0)
+        try:
+            if not read_only:
+                con.execute(_SCHEMA_SQL)
+            yield con
+        finally:
+            con.close()
+
+    # --- writes (driver only) ----------------------------------------------------------------
+    def record_shards(self, records: Sequence[ShardRecord]) -> None:
+        """Insert or replace shard rows."""
+        if not records:
+            return
+        placeholders = ", ".join("?" for _ in _SHARD_COLUMNS)
+        with self.connect() as con:
+            con.executemany(
+                f"INSERT OR REPLACE INTO shards ({', '.join(_SHARD_COLUMNS)}) "
+                f"VALUES ({placeholders})",
+                [r.values() for r in records],
+            )
+
+    def record_materialization(
+        self,
+        *,
+        materialization_id: str,
+        asset: str,
+        fingerprint: str,
+        run_id: str,
+        backend: str,
+        config: dict[str, Any],
+        code_version: str,
+        started_at: float,
+        finished_at: float,
+        shards: Sequence[ShardRecord],
+        shards_skipped: int,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        """Record a finished materialization and make ``shards`` the asset's current output;
+        then rebuild the asset's SQL views."""
+        _check_asset(asset)
+        with self.connect() as con:
+            con.execute("BEGIN TRANSACTION")
+            con.execute(
+                "INSERT OR REPLACE INTO materializations VALUES "
+                "(?, ?, ?, ?, ?, ?, ?, to_timestamp(?), to_timestamp(?), ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    materialization_id,
+                    asset,
+                    fingerprint,
+                    run_id,
+                    backend,
+                    json.dumps(config, sort_keys=True, default=str),
+                    code_version,
+                    started_at,
+                    finished_at,
+                    finished_at - started_at,
+                    len(shards),
+                    shards_skipped,
+                    sum(s.rows_in for s in shards),
+                    sum(s.rows_out for s in shards),
+                    sum(s.rows_rejected for s in shards),
+                    json.dumps(extra or {}, sort_keys=True, default=str),
+                ],
+            )
+            con.execute("DELETE FROM current_shards WHERE asset = ?", [asset])
+            con.executemany(
+                "INSERT INTO current_shards VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [
+                    [asset, i, s.shard, s.fingerprint, s.path, s.rejects_path, materialization_id]
+                    for i, s in enumerate(shards)
+                ],
+            )
+            self._rebuild_views(con, asset, shards)
+            con.execute("COMMIT")
+
+    @staticmethod
+    def _rebuild_views(
+        con: duckdb.DuckDBPyConnection, asset: str, shards: Sequence[ShardRecord]
+    ) -> None:
+        paths = [s.path for s in shards]
+        if paths:
+            con.execute(
+                f"CREATE OR REPLACE VIEW {asset} AS "
+                f"SELECT * FROM read_parquet({_sql_list(paths)}, union_by_name = true)"
+            )
+        else:
+            con.execute(f"DROP VIEW IF EXISTS {asset}")
+        reject_paths = [s.rejects_path for s in shards if s.rejects_path]
+        if reject_paths:
+            body = f"SELECT * FROM read_parquet({_sql_list(reject_paths)})"
+        else:
+            columns = ", ".join(
+                f"CAST(NULL AS {'BIGINT' if f.type == 'int64' else 'VARCHAR'}) AS {f.name}"
+                for f in REJECT_SCHEMA
+            )
+            body = f"SELECT {columns} WHERE false"
+        con.execute(f"CREATE OR REPLACE VIEW {asset}_rejects AS {body}")
+        existing = {
+            row[0]
+            for row in con.execute(
+                "SELECT view_name FROM duckdb_views() WHERE NOT internal"
+            ).fetchall()
+        }
+        parts = [
+            f"SELECT * FROM {a}_rejects" for a in PIPELINE_ASSETS if f"{a}_rejects" in existing
+        ]
+        con.execute(f"CREATE OR REPLACE VIEW rejects AS {' UNION ALL '.join(parts)}")
+
+    # --- reads ------------------------------------------------------------------------------
+    def current_shards(self, asset: str) -> list[ShardRecord]:
+        """The shards that make up ``asset`` now, in order (empty if never materialized)."""
+        _check_asset(asset)
+        if not self.path.exists():
+            return []
+        with self.connect() as con:
+            rows = con.execute(
+                f"SELECT {', '.join('s.' + c for c in _SHARD_COLUMNS)} "
+                "FROM current_shards c JOIN shards s "
+                "ON s.asset = c.asset AND s.fingerprint = c.fingerprint AND s.shard = c.shard "
+                "WHERE c.asset = ? ORDER BY c.position",
+                [asset],
+            ).fetchall()
+        records = []
+        for row in rows:
+            values = dict(zip(_SHARD_COLUMNS, row, strict=True))
+            values["input_shards"] = tuple(json.loads(values["input_shards"] or "[]"))
+            records.append(ShardRecord(**values))
+        return records
+
+    def query(self, sql: str, params: Sequence[Any] | None = None) -> list[tuple[Any, ...]]:
+        """Run a read query (views and tables above) and return all rows."""
+        with self.connect() as con:
+            return con.execute(sql, params or []).fetchall()

@@ -1,0 +1,177 @@
+"""Parquet shards on disk: where they live, how they are written, how a finished one is known.
+
+Layout: ``<root>/<asset>/<stage fingerprint>/part-<shard>.parquet`` and, beside it,
+``rejects/part-<shard>.parquet``. The stage fingerprint covers the stage's config and code version;
+the *input* fingerprint of each shard (what it was computed from) is stored in the shard's own
+Parquet footer. A shard is complete exactly when its output file exists: every file is written
+under a temporary name and renamed into place, and the rejects file is renamed before the output
+file, so a reader never sees half a shard and a killed run leaves nothing that looks finished.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+META_PREFIX = "llm_assets."
+INPUT_FINGERPRINT = "llm_assets.input_fingerprint"
+ROWS_IN = "llm_assets.rows_in"
+ROWS_REJECTED = "llm_assets.rows_rejected"
+STATS = "llm_assets.stats"
+"""JSON object of additive per-shard statistics (tokens, padding, ...), summed per asset."""
+TMP_MARKER = ".tmp-"
+DEFAULT_COMPRESSION = "zstd"
+DEFAULT_ROW_GROUP_ROWS = 16_384
+
+
+def fingerprint(*parts: Any) -> str:
+    """A short, stable hash of JSON-serialisable parts (config dicts, versions, checksums)."""
+    payload = json.dumps(parts, sort_keys=True, default=str, separators=(",", ":"))
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def shard_file_name(shard: str) -> str:
+    """``part-<shard>.parquet``: the one naming rule for output and rejects files."""
+    return f"part-{shard}.parquet"
+
+
+def stage_dir(root: str | Path, asset: str, stage_fingerprint: str) -> Path:
+    """The folder that holds one asset's shards for one stage config and code version."""
+    return Path(root) / asset / stage_fingerprint
+
+
+def file_sha256(path: str | Path) -> str:
+    """SHA-256 of a file's bytes, streamed (recorded per shard, and the next stage's input key)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class WrittenFile:
+    """A Parquet file that was written completely."""
+
+    path: str
+    rows: int
+    bytes: int
+    checksum: str
+
+
+class AtomicParquetWriter:
+    """Streams record batches into a temporary file; :meth:`commit` renames it into place.
+
+    If the writer is left without commit (an exception, a killed process), the temporary file is
+    removed when possible and otherwise ignored by readers (its name has the ``.tmp-`` marker).
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        schema: pa.Schema,
+        *,
+        metadata: dict[str, str] | None = None,
+        compression: str = DEFAULT_COMPRESSION,
+        compression_level: int | None = None,
+        row_group_rows: int = DEFAULT_ROW_GROUP_ROWS,
+    ) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.tmp_path = self.path.with_name(f"{self.path.name}{TMP_MARKER}{uuid.uuid4().hex[:8]}")
+        merged = dict(schema.metadata or {})
+        merged.update({k.encode(): str(v).encode() for k, v in (metadata or {}).items()})
+        self.schema = schema.with_metadata(merged)
+        self.row_group_rows = row_group_rows
+        self.rows = 0
+        self._writer = pq.ParquetWriter(
+            self.tmp_path,
+            self.schema,
+            compression=compression,
+            compression_level=compression_level,
+        )
+
+    def write(self, table: pa.Table | pa.RecordBatch) -> None:
+        """Append rows (cast to the writer's schema, so field order and types stay fixed)."""
+        if table.num_rows == 0:
+            return
+        if isinstance(table, pa.RecordBatch):
+            table = pa.Table.from_batches([table])
+        table = table.select(self.schema.names).cast(self.schema)
+        self._writer.write_table(table, row_group_size=self.row_group_rows)
+        self.rows += table.num_rows
+
+    def commit(self, final_metadata: dict[str, str] | None = None) -> WrittenFile:
+        """Close (adding ``final_metadata``, e.g. counts known only at the end, to the footer),
+        fsync and rename into place; return the file's size and checksum."""
+        if final_metadata:
+            self._writer.add_key_value_metadata({k: str(v) for k, v in final_metadata.items()})
+        self._writer.close()
+        with open(self.tmp_path, "rb") as handle:
+            os.fsync(handle.fileno())
+        checksum = file_sha256(self.tmp_path)
+        size = self.tmp_path.stat().st_size
+        os.replace(self.tmp_path, self.path)
+        return WrittenFile(str(self.path), self.rows, size, checksum)
+
+    def abort(self) -> None:
+        """Drop the temporary file."""
+        with contextlib.suppress(Exception):
+            self._writer.close()
+        with contextlib.suppress(FileNotFoundError):
+            self.tmp_path.unlink()
+
+
+@contextlib.contextmanager
+def atomic_parquet_writer(path: str | Path, schema: pa.Schema, **kwargs: Any) -> Iterator[Any]:
+    """Context manager around :class:`AtomicParquetWriter` that aborts on error.
+
+    The caller calls ``commit()`` inside the block; leaving it without a commit aborts.
+    """
+    writer = AtomicParquetWriter(path, schema, **kwargs)
+    try:
+        yield writer
+    except BaseException:
+        writer.abort()
+        raise
+    if writer.tmp_path.exists():
+        writer.abort()
+
+
+def read_footer_metadata(path: str | Path) -> dict[str, str]:
+    """The ``llm_assets.*`` key/values from a Parquet file's footer (not its data)."""
+    meta = pq.read_metadata(path).metadata or {}
+    return {k.decode(): v.decode() for k, v in meta.items() if k.decode().startswith(META_PREFIX)}
+
+
+def completed_input_fingerprint(path: str | Path) -> str | None:
+    """The input fingerprint a finished shard was computed from, or None if it is not there."""
+    if not Path(path).exists():
+        return None
+    try:
+        return read_footer_metadata(path).get(INPUT_FINGERPRINT)
+    except (OSError, pa.ArrowInvalid):
+        return None
+
+
+def remove_stale_temporaries(folder: str | Path) -> int:
+    """Delete temporary files a killed run left in ``folder`` (and its ``rejects/``)."""
+    removed = 0
+    for sub in (Path(folder), Path(folder) / "rejects"):
+        if sub.is_dir():
+            for item in sub.iterdir():
+                if TMP_MARKER in item.name:
+                    with contextlib.suppress(FileNotFoundError):
+                        item.unlink()
+                        removed += 1
+    return removed

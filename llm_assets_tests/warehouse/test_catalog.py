@@ -1,0 +1,116 @@
+"""The DuckDB catalog: shard rows, current shards, SQL views, allow-listed names, locking."""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from llm_assets.lib.schema import rejects_table
+from llm_assets.warehouse.catalog import Catalog, CatalogLockedError, ShardRecord
+
+
+def _record(tmp_path, shard, rows, rejected=0):
+    path = tmp_path / f"part-{shard}.parquet"
+    pq.write_table(pa.table({"doc_id": [f"{shard}{i}" for i in range(rows)]}), path)
+    rejects_path = tmp_path / f"rejects-{shard}.parquet"
+    pq.write_table(
+        rejects_table(
+            doc_ids=[f"r{i}" for i in range(rejected)],
+            source_files=["f.jsonl"] * rejected,
+            source_lines=list(range(1, rejected + 1)),
+            stage="ingest",
+            reasons=["invalid_json"] * rejected,
+        ),
+        rejects_path,
+    )
+    return ShardRecord(
+        asset="raw_documents",
+        fingerprint="fp",
+        shard=shard,
+        path=str(path),
+        rejects_path=str(rejects_path),
+        rows_in=rows + rejected,
+        rows_out=rows,
+        rows_rejected=rejected,
+        bytes=path.stat().st_size,
+        checksum="c" + shard,
+        input_fingerprint="in" + shard,
+        input_shards=("f.jsonl",),
+    )
+
+
+def _materialize(catalog, records, run="run1"):
+    catalog.record_shards(records)
+    catalog.record_materialization(
+        materialization_id=f"{run}:raw_documents",
+        asset="raw_documents",
+        fingerprint="fp",
+        run_id=run,
+        backend="in_process",
+        config={"k": 1},
+        code_version="1",
+        started_at=time.time() - 1,
+        finished_at=time.time(),
+        shards=records,
+        shards_skipped=0,
+    )
+
+
+def test_current_shards_views_and_lineage(tmp_path):
+    catalog = Catalog(tmp_path / "catalog.duckdb")
+    records = [_record(tmp_path, "b", 3, 1), _record(tmp_path, "a", 2, 2)]
+    _materialize(catalog, records)
+    current = catalog.current_shards("raw_documents")
+    assert [r.shard for r in current] == ["b", "a"]  # the planned order, not alphabetical
+    assert current[0].input_shards == ("f.jsonl",)
+    assert catalog.query("SELECT count(*) FROM raw_documents")[0][0] == 5
+    assert catalog.query("SELECT count(*) FROM raw_documents_rejects")[0][0] == 3
+    assert catalog.query("SELECT count(*) FROM rejects")[0][0] == 3
+    row = catalog.query("SELECT rows_in, rows_out, rows_rejected FROM materializations")[0]
+    assert row == (8, 5, 3)
+    # a new materialization replaces the current set
+    _materialize(catalog, [records[1]], run="run2")
+    assert [r.shard for r in catalog.current_shards("raw_documents")] == ["a"]
+    assert catalog.query("SELECT count(*) FROM raw_documents")[0][0] == 2
+    assert catalog.query("SELECT count(*) FROM shards")[0][0] == 2
+    # the file can be opened by the duckdb client read-only, as the README shows
+    with duckdb.connect(str(catalog.path), read_only=True) as con:
+        assert con.execute("SELECT count(*) FROM materializations").fetchone()[0] == 2
+
+
+def test_asset_names_are_allow_listed(tmp_path):
+    catalog = Catalog(tmp_path / "catalog.duckdb")
+    with pytest.raises(ValueError, match="not a pipeline asset"):
+        catalog.current_shards("raw_documents; DROP TABLE shards")
+
+
+def _hold_lock(path, seconds, ready):
+    con = duckdb.connect(path)
+    ready.set()
+    time.sleep(seconds)
+    con.close()
+
+
+def test_locked_catalog_waits_then_fails_with_a_clear_message(tmp_path):
+    path = str(tmp_path / "catalog.duckdb")
+    duckdb.connect(path).close()
+    ready = multiprocessing.get_context("spawn").Event()
+    holder = multiprocessing.get_context("spawn").Process(target=_hold_lock, args=(path, 4, ready))
+    holder.start()
+    try:
+        ready.wait(30)
+        with (
+            pytest.raises(CatalogLockedError, match="in use by another process"),
+            Catalog(path, lock_timeout_s=0.5).connect(),
+        ):
+            pass
+        # a patient caller gets in once the other process lets go
+        with Catalog(path, lock_timeout_s=30).connect() as con:
+            assert con.execute("SELECT 1").fetchone() == (1,)
+    finally:
+        holder.join()

@@ -1,0 +1,76 @@
+"""Atomic shard files: complete or absent, with their input fingerprint in the footer."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from llm_assets.warehouse.shards import (
+    INPUT_FINGERPRINT,
+    TMP_MARKER,
+    AtomicParquetWriter,
+    atomic_parquet_writer,
+    completed_input_fingerprint,
+    file_sha256,
+    fingerprint,
+    read_footer_metadata,
+    remove_stale_temporaries,
+)
+
+SCHEMA = pa.schema([("a", pa.int64()), ("b", pa.string())])
+
+
+def test_fingerprint_is_stable_and_order_insensitive_for_dicts():
+    assert fingerprint({"x": 1, "y": [1, 2]}) == fingerprint({"y": [1, 2], "x": 1})
+    assert fingerprint({"x": 1}) != fingerprint({"x": 2})
+    assert len(fingerprint("a")) == 16
+
+
+def test_commit_renames_into_place_with_footer_and_checksum(tmp_path):
+    path = tmp_path / "s" / "part-a.parquet"
+    writer = AtomicParquetWriter(path, SCHEMA, metadata={"llm_assets.kind": "test"})
+    writer.write(pa.table({"b": ["x", "y"], "a": [1, 2]}))  # columns in another order
+    assert not path.exists()
+    written = writer.commit({INPUT_FINGERPRINT: "abc"})
+    assert path.exists() and written.rows == 2
+    assert written.checksum == file_sha256(path)
+    assert pq.read_table(path).column_names == ["a", "b"]
+    meta = read_footer_metadata(path)
+    assert meta == {"llm_assets.kind": "test", INPUT_FINGERPRINT: "abc"}
+    assert completed_input_fingerprint(path) == "abc"
+    assert not [p for p in path.parent.iterdir() if TMP_MARKER in p.name]
+
+
+def test_same_rows_give_byte_identical_files(tmp_path):
+    table = pa.table({"a": list(range(1000)), "b": [str(i) for i in range(1000)]})
+    sums = []
+    for name in ("one", "two"):
+        writer = AtomicParquetWriter(tmp_path / f"{name}.parquet", SCHEMA)
+        writer.write(table)
+        sums.append(writer.commit({INPUT_FINGERPRINT: "f"}).checksum)
+    assert sums[0] == sums[1]
+
+
+def test_error_inside_block_leaves_nothing(tmp_path):
+    path = tmp_path / "part-x.parquet"
+    with pytest.raises(RuntimeError), atomic_parquet_writer(path, SCHEMA) as writer:
+        writer.write(pa.table({"a": [1], "b": ["x"]}))
+        raise RuntimeError("worker died")
+    assert list(tmp_path.iterdir()) == []
+    assert completed_input_fingerprint(path) is None
+
+
+def test_leftover_temporaries_of_a_killed_run_are_removed(tmp_path):
+    (tmp_path / "rejects").mkdir()
+    (tmp_path / f"part-a.parquet{TMP_MARKER}1234").write_bytes(b"half")
+    (tmp_path / "rejects" / f"part-a.parquet{TMP_MARKER}5678").write_bytes(b"half")
+    (tmp_path / "part-b.parquet").write_bytes(b"keep")
+    assert remove_stale_temporaries(tmp_path) == 2
+    assert [p.name for p in tmp_path.iterdir() if p.is_file()] == ["part-b.parquet"]
+
+
+def test_unreadable_file_is_not_complete(tmp_path):
+    path = tmp_path / "part-bad.parquet"
+    path.write_bytes(b"not parquet")
+    assert completed_input_fingerprint(path) is None
