@@ -1,0 +1,67 @@
+"""The token-length filter: what passes, what is rejected and with which reason and value."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from llm_assets.lib.filters import (
+    TOO_FEW_TOKENS,
+    TOO_MANY_TOKENS,
+    LengthFilterSpec,
+    filter_table,
+)
+from llm_assets.lib.schema import REJECT_SCHEMA
+
+
+def _table(counts):
+    n = len(counts)
+    return pa.table(
+        {
+            "doc_id": pa.array([f"d{i}" for i in range(n)], pa.string()),
+            "source_file": pa.array(["f.jsonl"] * n, pa.string()),
+            "source_line": pa.array(list(range(1, n + 1)), pa.int64()),
+            "text": pa.array(["word " * c for c in counts], pa.string()),
+            "metadata": pa.array([None] * n, pa.string()),
+            "n_tokens": pa.array(counts, pa.int32()),
+        }
+    )
+
+
+def test_bounds_are_inclusive_and_each_drop_has_reason_and_value():
+    result = filter_table(_table([9, 10, 11, 50, 51]), LengthFilterSpec(10, 50))
+    assert result.kept["n_tokens"].to_pylist() == [10, 11, 50]
+    assert result.rejects.schema == REJECT_SCHEMA
+    assert result.rejects["reason"].to_pylist() == [TOO_FEW_TOKENS, TOO_MANY_TOKENS]
+    assert result.rejects["value"].to_pylist() == ["9", "51"]
+    assert result.rejects["source_line"].to_pylist() == [1, 5]
+    assert set(result.rejects["stage"].to_pylist()) == {"filter"}
+    assert result.rejects["sample"][0].as_py().startswith("word")
+
+
+def test_default_is_the_study_rule_without_upper_bound():
+    result = filter_table(_table([0, 9, 10, 100_000]), LengthFilterSpec())
+    assert result.kept["n_tokens"].to_pylist() == [10, 100_000]
+
+
+def test_empty_table():
+    result = filter_table(_table([]), LengthFilterSpec())
+    assert result.kept.num_rows == 0 and result.rejects.num_rows == 0
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [({"min_tokens": -1}, "min_tokens"), ({"min_tokens": 10, "max_tokens": 5}, "max_tokens")],
+)
+def test_inconsistent_bounds_are_refused_naming_the_field(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        LengthFilterSpec(**kwargs)
+
+
+@given(st.lists(st.integers(0, 200), max_size=50), st.integers(0, 100), st.integers(0, 100))
+def test_nothing_lost(counts, low, extra):
+    result = filter_table(_table(counts), LengthFilterSpec(low, low + extra))
+    assert result.kept.num_rows + result.rejects.num_rows == len(counts)
+    assert all(low <= c <= low + extra for c in result.kept["n_tokens"].to_pylist())
