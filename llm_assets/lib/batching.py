@@ -1,0 +1,414 @@
+"""Training batches: seeded shuffle, train/validation split, and packed or padded sequences.
+
+The batching stage runs in two phases over many shards, and this module holds the pure functions
+of both (no Dagster, no file I/O):
+
+1. scatter, per input shard: :func:`shuffle_keys`, :func:`assign_splits` and
+   :func:`assign_buckets` give each document its split and shuffle bucket;
+2. gather, per (split, bucket): :func:`shuffle_order` sorts the bucket's documents by shuffle key,
+   then :func:`pack_sequences` or :func:`pad_sequences` builds the sequences.
+
+Every decision about a document depends only on the seed and its ``doc_id`` (keyed hashes), never
+on which shard it came in or where in that shard, so the output is byte-identical whatever the
+number or order of input shards. Buckets are contiguous ranges of the key space, so the buckets in
+order, each sorted by key, are the whole corpus sorted by key: the global shuffle is exact, and the
+memory of one gather is bounded by one bucket.
+
+Sequences are Arrow ``list<...>`` columns built from one flat numpy buffer and int32 offsets (no
+Python object per token); every row of a column has the same length. ``list`` rather than
+``fixed_size_list`` because it is what every Parquet reader (DuckDB, Polars, Hugging Face
+``datasets``) maps to a plain sequence.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, fields
+
+import numpy as np
+import pyarrow as pa
+
+from llm_assets.lib.schema import DOC_ID, INPUT_IDS, N_TOKENS
+
+LAYOUTS = ("packed", "padded")
+ATTENTION_MASK = "attention_mask"
+POSITION_IDS = "position_ids"
+LABELS = "labels"
+IGNORE_INDEX = -100
+"""Label of padding positions: the index PyTorch's cross-entropy ignores by default."""
+FORMAT_VERSION = "1"
+META_PREFIX = "llm_assets."
+
+_SEED_BYTES = 8
+_SHUFFLE_PERSON = b"llm-assets/shuf"
+_SPLIT_PERSON = b"llm-assets/split"
+"""blake2b personalisations: the shuffle key and the split draw are independent hashes of the
+same (seed, doc_id), so a document's split says nothing about its place in the shuffle."""
+_MAX_BUCKETS = 2**31 - 1
+_MAX_LIST_VALUES = 2**31 - 1
+"""Values one Arrow ``list`` array can address with int32 offsets; longer columns get chunks."""
+
+
+@dataclass(frozen=True)
+class BatchSpec:
+    """How documents become training sequences. Frozen and picklable: it travels to workers.
+
+    ``drop_remainder`` only affects the packed layout: the final partial block of each
+    (split, bucket) is dropped instead of padded.
+    """
+
+    layout: str = "packed"
+    seq_len: int = 1024
+    seed: int = 0
+    validation_fraction: float = 0.05
+    shuffle_buckets: int = 8
+    drop_remainder: bool = False
+
+    def __post_init__(self) -> None:
+        if self.layout not in LAYOUTS:
+            raise ValueError(f"layout must be one of {LAYOUTS}, got {self.layout!r}")
+        _check_seq_len(self.seq_len)
+        _check_seed(self.seed)
+        _check_fraction(self.validation_fraction)
+        _check_buckets(self.shuffle_buckets, "shuffle_buckets")
+        if not isinstance(self.drop_remainder, bool):
+            raise ValueError(f"drop_remainder must be a bool, got {self.drop_remainder!r}")
+
+
+@dataclass
+class PackStats:
+    """Additive counts of one packing or padding run (per file; :meth:`merge` sums them).
+
+    ``tokens`` are the real tokens in the output, separators included; ``tokens + padding_tokens
+    == sequences * seq_len`` always holds. ``truncated_tokens`` (padded layout) and
+    ``dropped_tokens`` (packed with ``drop_remainder``) were given but are not in the output.
+    """
+
+    documents: int = 0
+    sequences: int = 0
+    tokens: int = 0
+    padding_tokens: int = 0
+    truncated_tokens: int = 0
+    dropped_tokens: int = 0
+
+    def merge(self, other: PackStats) -> PackStats:
+        """A new PackStats with every count summed."""
+        return PackStats(
+            **{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)}
+        )
+
+    def padding_fraction(self) -> float:
+        """Share of output positions that are padding: ``padding / (sequences * seq_len)``,
+        computed as ``padding / (tokens + padding)`` (the same number); 0 when empty."""
+        total = self.tokens + self.padding_tokens
+        return self.padding_tokens / total if total else 0.0
+
+    def as_dict(self) -> dict[str, int]:
+        """The counts as plain ints (JSON-ready and additive, for the shard footer)."""
+        return {k: int(v) for k, v in asdict(self).items()}
+
+
+# --- scatter: keys, splits, buckets ---------------------------------------------------------------
+def shuffle_keys(doc_ids: pa.Array | pa.ChunkedArray | Sequence[str], seed: int) -> np.ndarray:
+    """The uint64 shuffle key of each document: keyed blake2b of its ``doc_id`` (seed as key),
+    first 8 bytes little endian. Depends on nothing but (seed, doc_id)."""
+    return _keyed_hashes(doc_ids, seed, _SHUFFLE_PERSON)
+
+
+def assign_splits(
+    doc_ids: pa.Array | pa.ChunkedArray | Sequence[str], seed: int, validation_fraction: float
+) -> np.ndarray:
+    """True where a document goes to validation: ``h / 2**64 < validation_fraction`` for an
+    independent keyed hash ``h`` of (seed, doc_id), so the same document always lands in the same
+    split, whatever shard it is in."""
+    _check_fraction(validation_fraction)
+    # fraction * 2**64 is exact in floating point; as an int the comparison is exact too.
+    threshold = int(validation_fraction * 2.0**64)
+    return _keyed_hashes(doc_ids, seed, _SPLIT_PERSON) < np.uint64(threshold)
+
+
+def assign_buckets(keys: np.ndarray, n_buckets: int) -> np.ndarray:
+    """The int32 bucket of each key: ``floor(key * n_buckets / 2**64)``, from the key's high bits.
+
+    Each bucket is a contiguous range of the key space, so keys stay uniform inside a bucket and
+    the buckets in order, each sorted, are all keys sorted. Computed exactly in 64-bit halves:
+    with ``key = hi * 2**32 + lo``, ``key * n >> 64 == (hi * n + (lo * n >> 32)) >> 32``, and
+    neither term overflows for ``n < 2**32``.
+    """
+    _check_buckets(n_buckets, "n_buckets")
+    keys = np.asarray(keys, dtype=np.uint64)
+    n = np.uint64(n_buckets)
+    hi = keys >> np.uint64(32)
+    lo = keys & np.uint64(0xFFFFFFFF)
+    return ((hi * n + ((lo * n) >> np.uint64(32))) >> np.uint64(32)).astype(np.int32)
+
+
+# --- gather: order, pack, pad ---------------------------------------------------------------------
+def shuffle_order(keys: np.ndarray, doc_ids: Sequence[str]) -> np.ndarray:
+    """The permutation that sorts documents by (shuffle key, doc_id).
+
+    Equal keys (64-bit collisions, vanishingly rare) are ordered by ``doc_id`` so the result does
+    not depend on input order. Only documents with the same key *and* the same ``doc_id`` keep
+    their input order: ids are unique upstream.
+    """
+    keys = np.asarray(keys, dtype=np.uint64)
+    if len(doc_ids) != len(keys):
+        raise ValueError(f"{len(keys)} keys but {len(doc_ids)} doc_ids")
+    order = np.argsort(keys, kind="stable")
+    ranked = keys[order]
+    for key in np.unique(ranked[1:][ranked[1:] == ranked[:-1]]):
+        lo, hi = np.searchsorted(ranked, key, "left"), np.searchsorted(ranked, key, "right")
+        order[lo:hi] = sorted(order[lo:hi], key=lambda i: doc_ids[i])
+    return order
+
+
+def pack_sequences(
+    token_lists: Sequence[np.ndarray],
+    seq_len: int,
+    eos_id: int,
+    pad_id: int,
+    drop_remainder: bool,
+    token_type: pa.DataType,
+) -> tuple[pa.Table, PackStats]:
+    """Concatenate documents in the given order, each followed by ``eos_id``, and cut the stream
+    into blocks of exactly ``seq_len`` tokens (documents may span blocks).
+
+    The final partial block is padded with ``pad_id`` (attention mask 0), or dropped with
+    ``drop_remainder`` (its tokens counted in ``dropped_tokens``). ``position_ids`` restart at 0
+    at every document start and at every block start (a document continued from the previous
+    block restarts there); the padding run counts from 0 as a segment of its own, so tools that
+    derive segments from ``position_ids == 0`` never join padding to the last document.
+
+    Token arrays must cast safely to ``token_type`` (e.g. uint16 or uint32 into uint32); the
+    whole build is numpy over one flat buffer.
+    """
+    _check_seq_len(seq_len)
+    dtype = _token_dtype(token_type, eos_id=eos_id, pad_id=pad_id)
+    position_type = pa.uint16() if seq_len <= 0xFFFF else pa.uint32()
+    schema = pa.schema(
+        [
+            pa.field(INPUT_IDS, pa.list_(token_type), nullable=False),
+            pa.field(ATTENTION_MASK, pa.list_(pa.uint8()), nullable=False),
+            pa.field(POSITION_IDS, pa.list_(position_type), nullable=False),
+        ]
+    )
+    n_docs = len(token_lists)
+    if n_docs == 0:
+        return schema.empty_table(), PackStats()
+
+    lengths = np.fromiter(map(len, token_lists), dtype=np.int64, count=n_docs)
+    doc_starts = np.cumsum(lengths + 1) - (lengths + 1)
+    total = int(lengths.sum()) + n_docs
+    n_full, remainder = divmod(total, seq_len)
+    if remainder and drop_remainder:
+        n_seq, padding, dropped = n_full, 0, remainder
+    else:
+        n_seq, padding, dropped = n_full + (remainder > 0), (seq_len - remainder) % seq_len, 0
+    size = n_seq * seq_len
+
+    stream = np.empty(total + padding, dtype=dtype)
+    parts: list[np.ndarray] = [np.array([eos_id], dtype=dtype)] * (2 * n_docs)
+    parts[0::2] = token_lists
+    try:
+        np.concatenate(parts, out=stream[:total], casting="safe")
+    except TypeError as err:
+        raise ValueError(f"token arrays must cast safely to {token_type}: {err}") from None
+    stream[total:] = pad_id
+    input_ids = stream[:size]
+
+    attention = np.ones(size, dtype=np.uint8)
+    attention[total:] = 0
+
+    # Positions: column index in the block minus the column of the last segment start at or before
+    # it. Mark each segment start with its column, then a running max per block row finds it.
+    np_position = position_type.to_pandas_dtype()
+    positions = np.zeros(size, dtype=np_position)
+    segment_starts = doc_starts[doc_starts < size]
+    if padding:
+        segment_starts = np.append(segment_starts, total)
+    positions[segment_starts] = segment_starts % seq_len
+    grid = positions.reshape(n_seq, seq_len)
+    np.maximum.accumulate(grid, axis=1, out=grid)
+    np.subtract(np.arange(seq_len, dtype=np_position), grid, out=grid)
+
+    table = pa.Table.from_arrays(
+        [
+            _list_column(input_ids, seq_len, token_type),
+            _list_column(attention, seq_len, pa.uint8()),
+            _list_column(positions, seq_len, position_type),
+        ],
+        schema=schema,
+    )
+    stats = PackStats(
+        documents=n_docs,
+        sequences=n_seq,
+        tokens=total - dropped,
+        padding_tokens=padding,
+        dropped_tokens=dropped,
+    )
+    return table, stats
+
+
+def pad_sequences(
+    token_lists: Sequence[np.ndarray],
+    doc_ids: Sequence[str],
+    seq_len: int,
+    pad_id: int,
+    token_type: pa.DataType,
+) -> tuple[pa.Table, PackStats]:
+    """One document per sequence: truncated to ``seq_len`` (``truncated_tokens`` counts the cut),
+    padded with ``pad_id`` to ``seq_len``; ``labels`` are the input ids with -100 on padding and
+    ``n_tokens`` the real tokens kept. No separator is added."""
+    _check_seq_len(seq_len)
+    dtype = _token_dtype(token_type, pad_id=pad_id)
+    schema = pa.schema(
+        [
+            pa.field(DOC_ID, pa.string(), nullable=False),
+            pa.field(INPUT_IDS, pa.list_(token_type), nullable=False),
+            pa.field(ATTENTION_MASK, pa.list_(pa.uint8()), nullable=False),
+            pa.field(LABELS, pa.list_(pa.int32()), nullable=False),
+            pa.field(N_TOKENS, pa.int32(), nullable=False),
+        ]
+    )
+    n_docs = len(token_lists)
+    if len(doc_ids) != n_docs:
+        raise ValueError(f"{n_docs} token lists but {len(doc_ids)} doc_ids")
+    if n_docs == 0:
+        return schema.empty_table(), PackStats()
+
+    lengths = np.fromiter(map(len, token_lists), dtype=np.int64, count=n_docs)
+    kept = np.minimum(lengths, seq_len)
+    real = np.arange(seq_len)[None, :] < kept[:, None]
+    input_ids = np.full((n_docs, seq_len), pad_id, dtype=dtype)
+    try:
+        input_ids[real] = np.concatenate(
+            [t[:seq_len] for t in token_lists], dtype=dtype, casting="safe"
+        )
+    except TypeError as err:
+        raise ValueError(f"token arrays must cast safely to {token_type}: {err}") from None
+    labels = input_ids.astype(np.int32)
+    labels[~real] = IGNORE_INDEX
+
+    table = pa.Table.from_arrays(
+        [
+            pa.array(doc_ids, pa.string()),
+            _list_column(input_ids.reshape(-1), seq_len, token_type),
+            _list_column(real.astype(np.uint8).reshape(-1), seq_len, pa.uint8()),
+            _list_column(labels.reshape(-1), seq_len, pa.int32()),
+            pa.array(kept.astype(np.int32), pa.int32()),
+        ],
+        schema=schema,
+    )
+    n_kept = int(kept.sum())
+    stats = PackStats(
+        documents=n_docs,
+        sequences=n_docs,
+        tokens=n_kept,
+        padding_tokens=n_docs * seq_len - n_kept,
+        truncated_tokens=int(lengths.sum()) - n_kept,
+    )
+    return table, stats
+
+
+# --- metadata -------------------------------------------------------------------------------------
+def batch_schema_metadata(
+    *,
+    spec: BatchSpec,
+    tokenizer_name: str,
+    tokenizer_fingerprint: str,
+    vocab_size: int,
+    split: str,
+    input_fingerprint: str,
+) -> dict[bytes, bytes]:
+    """Parquet schema metadata of a batch file: what a training job needs to trust it.
+
+    Only inputs, no timestamps, so equal inputs give byte-identical files. The input fingerprint
+    is stored as ``llm_assets.source_fingerprint``, not ``llm_assets.input_fingerprint``: that key
+    is the warehouse's completion marker, added to the footer when a file is committed.
+    """
+    values = {
+        "format_version": FORMAT_VERSION,
+        "layout": spec.layout,
+        "seq_len": str(spec.seq_len),
+        "seed": str(spec.seed),
+        "validation_fraction": repr(float(spec.validation_fraction)),
+        "drop_remainder": str(spec.drop_remainder).lower(),
+        "split": split,
+        "tokenizer.name": tokenizer_name,
+        "tokenizer.fingerprint": tokenizer_fingerprint,
+        "tokenizer.vocab_size": str(int(vocab_size)),
+        "source_fingerprint": input_fingerprint,
+    }
+    return {f"{META_PREFIX}{k}".encode(): v.encode() for k, v in sorted(values.items())}
+
+
+# --- helpers --------------------------------------------------------------------------------------
+def _is_int(value: object) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def _check_seq_len(seq_len: int) -> None:
+    if not _is_int(seq_len) or seq_len < 2:
+        raise ValueError(f"seq_len must be an int >= 2, got {seq_len!r}")
+
+
+def _check_seed(seed: int) -> None:
+    if not _is_int(seed) or not 0 <= seed < 2 ** (8 * _SEED_BYTES):
+        raise ValueError(f"seed must be an int in [0, 2**64), got {seed!r}")
+
+
+def _check_buckets(n_buckets: int, name: str) -> None:
+    if not _is_int(n_buckets) or not 1 <= n_buckets <= _MAX_BUCKETS:
+        raise ValueError(f"{name} must be an int in [1, {_MAX_BUCKETS}], got {n_buckets!r}")
+
+
+def _check_fraction(fraction: float) -> None:
+    if (
+        isinstance(fraction, bool)
+        or not isinstance(fraction, (int, float))
+        or not 0 <= fraction < 1
+    ):
+        raise ValueError(f"validation_fraction must be in [0, 1), got {fraction!r}")
+
+
+def _keyed_hashes(
+    doc_ids: pa.Array | pa.ChunkedArray | Sequence[str], seed: int, person: bytes
+) -> np.ndarray:
+    """uint64 from the first 8 bytes (little endian) of blake2b(doc_id, key=seed, person)."""
+    _check_seed(seed)
+    ids = doc_ids.to_pylist() if isinstance(doc_ids, (pa.Array, pa.ChunkedArray)) else doc_ids
+    if any(not isinstance(i, str) for i in ids):
+        raise ValueError("doc_ids must all be strings (no nulls)")
+    key = int(seed).to_bytes(_SEED_BYTES, "little")
+    digests = b"".join(
+        hashlib.blake2b(i.encode(), digest_size=8, key=key, person=person).digest() for i in ids
+    )
+    return np.frombuffer(digests, dtype="<u8").astype(np.uint64)
+
+
+def _token_dtype(token_type: pa.DataType, **ids: int) -> np.dtype:
+    """The numpy dtype of ``token_type``, after checking it is an integer type that can hold
+    every special id given (by name, for the error message)."""
+    if not pa.types.is_integer(token_type):
+        raise ValueError(f"token_type must be an Arrow integer type, got {token_type}")
+    dtype = np.dtype(token_type.to_pandas_dtype())
+    bounds = np.iinfo(dtype)
+    for name, value in ids.items():
+        if not _is_int(value) or not bounds.min <= value <= bounds.max:
+            raise ValueError(f"{name} must be an int that fits {token_type}, got {value!r}")
+    return dtype
+
+
+def _list_column(values: np.ndarray, width: int, value_type: pa.DataType) -> pa.ChunkedArray:
+    """Rows of ``width`` consecutive values as ``list<value_type>``: a zero-copy view of
+    ``values`` plus int32 offsets, in as many chunks as int32 offsets need."""
+    rows_per_chunk = _MAX_LIST_VALUES // width
+    n_rows = len(values) // width
+    chunks = []
+    for first in range(0, n_rows, rows_per_chunk):
+        rows = min(rows_per_chunk, n_rows - first)
+        offsets = pa.array(np.arange(rows + 1, dtype=np.int32) * np.int32(width))
+        flat = pa.array(values[first * width : (first + rows) * width], type=value_type)
+        chunks.append(pa.ListArray.from_arrays(offsets, flat))
+    return pa.chunked_array(chunks, type=pa.list_(value_type))
