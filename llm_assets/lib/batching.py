@@ -23,6 +23,8 @@ Python object per token); every row of a column has the same length. ``list`` ra
 from __future__ import annotations
 
 import hashlib
+import itertools
+import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 
@@ -31,7 +33,14 @@ import pyarrow as pa
 
 from llm_assets.lib.schema import DOC_ID, INPUT_IDS, N_TOKENS
 
-LAYOUTS = ("packed", "padded")
+LAYOUTS = ("packed", "padded", "bucketed")
+OVERFLOWS = ("split", "truncate")
+PAD_TO = ("seq_len", "longest")
+LENGTH_BUCKET = "length_bucket"
+PROMPT_TOKENS = "prompt_tokens"
+"""Optional column of tokenized SFT rows: how many leading tokens are the prompt (loss-masked)."""
+LABEL = "label"
+"""Optional class-label column (e.g. a review's sentiment) passed through to the batches."""
 ATTENTION_MASK = "attention_mask"
 POSITION_IDS = "position_ids"
 LABELS = "labels"
@@ -43,6 +52,7 @@ META_PREFIX = "llm_assets."
 _SEED_BYTES = 8
 _SHUFFLE_PERSON = b"llm-assets/shuf"
 _SPLIT_PERSON = b"llm-assets/split"
+_BATCH_PERSON = b"llm-assets/batch"
 """blake2b personalisations: the shuffle key and the split draw are independent hashes of the
 same (seed, doc_id), so a document's split says nothing about its place in the shuffle."""
 _MAX_BUCKETS = 2**31 - 1
@@ -54,8 +64,23 @@ _MAX_LIST_VALUES = 2**31 - 1
 class BatchSpec:
     """How documents become training sequences. Frozen and picklable: it travels to workers.
 
-    ``drop_remainder`` only affects the packed layout: the final partial block of each
-    (split, bucket) is dropped instead of padded.
+    Layouts:
+
+    ``packed``
+        Documents joined with EOS into blocks of exactly ``seq_len`` tokens, padding-free except
+        the last block of each file. ``overflow="split"`` (default) lets a long document continue
+        in the next block; ``"truncate"`` cuts every document to ``seq_len - 1`` tokens (plus its
+        EOS) so none spans more than two blocks and none is longer than a block.
+        ``drop_remainder`` drops the final partial block instead of padding it.
+    ``padded``
+        One document per sequence, truncated to ``seq_len`` and padded to ``seq_len``
+        (``pad_to="seq_len"``) or to the longest document of its group of ``batch_size``
+        consecutive sequences (``pad_to="longest"``).
+    ``bucketed``
+        One document per sequence, grouped by length: each document goes to the first length
+        bucket whose upper bound holds it (``bucket_boundaries``, or boundaries derived from the
+        length distribution by the stage), batches of ``batch_size`` are formed inside a bucket
+        and padded to their longest document, and the batches are put in a seeded random order.
     """
 
     layout: str = "packed"
@@ -64,6 +89,14 @@ class BatchSpec:
     validation_fraction: float = 0.05
     shuffle_buckets: int = 8
     drop_remainder: bool = False
+    overflow: str = "split"
+    pad_to: str = "seq_len"
+    batch_size: int = 8
+    bucket_boundaries: tuple[int, ...] | None = None
+    """Upper bounds (tokens) of the length buckets for ``bucketed``; ``seq_len`` closes the last."""
+    length_buckets: int = 16
+    """How many length buckets to derive from the length distribution (evenly spaced quantiles)
+    when ``bucket_boundaries`` is not given."""
 
     def __post_init__(self) -> None:
         if self.layout not in LAYOUTS:
@@ -74,6 +107,18 @@ class BatchSpec:
         _check_buckets(self.shuffle_buckets, "shuffle_buckets")
         if not isinstance(self.drop_remainder, bool):
             raise ValueError(f"drop_remainder must be a bool, got {self.drop_remainder!r}")
+        if self.overflow not in OVERFLOWS:
+            raise ValueError(f"overflow must be one of {OVERFLOWS}, got {self.overflow!r}")
+        if self.pad_to not in PAD_TO:
+            raise ValueError(f"pad_to must be one of {PAD_TO}, got {self.pad_to!r}")
+        if not _is_int(self.batch_size) or self.batch_size < 1:
+            raise ValueError(f"batch_size must be an int >= 1, got {self.batch_size!r}")
+        if not _is_int(self.length_buckets) or not 1 <= self.length_buckets <= 256:
+            raise ValueError(
+                f"length_buckets must be an int in [1, 256], got {self.length_buckets}"
+            )
+        if self.bucket_boundaries is not None:
+            check_boundaries(self.bucket_boundaries, self.seq_len)
 
 
 @dataclass
@@ -170,6 +215,9 @@ def pack_sequences(
     pad_id: int,
     drop_remainder: bool,
     token_type: pa.DataType,
+    *,
+    truncate: bool = False,
+    prompt_tokens: Sequence[int] | np.ndarray | None = None,
 ) -> tuple[pa.Table, PackStats]:
     """Concatenate documents in the given order, each followed by ``eos_id``, and cut the stream
     into blocks of exactly ``seq_len`` tokens (documents may span blocks).
@@ -180,23 +228,34 @@ def pack_sequences(
     block restarts there); the padding run counts from 0 as a segment of its own, so tools that
     derive segments from ``position_ids == 0`` never join padding to the last document.
 
+    With ``truncate`` every document is first cut to ``seq_len - 1`` tokens (``truncated_tokens``
+    counts the cut). With ``prompt_tokens`` (SFT rows) a ``labels`` column is added: the input
+    ids, with -100 on each document's leading prompt tokens and on padding, so the loss covers
+    responses and separators only.
+
     Token arrays must cast safely to ``token_type`` (e.g. uint16 or uint32 into uint32); the
     whole build is numpy over one flat buffer.
     """
     _check_seq_len(seq_len)
     dtype = _token_dtype(token_type, eos_id=eos_id, pad_id=pad_id)
     position_type = pa.uint16() if seq_len <= 0xFFFF else pa.uint32()
-    schema = pa.schema(
-        [
-            pa.field(INPUT_IDS, pa.list_(token_type), nullable=False),
-            pa.field(ATTENTION_MASK, pa.list_(pa.uint8()), nullable=False),
-            pa.field(POSITION_IDS, pa.list_(position_type), nullable=False),
-        ]
-    )
+    fields_ = [
+        pa.field(INPUT_IDS, pa.list_(token_type), nullable=False),
+        pa.field(ATTENTION_MASK, pa.list_(pa.uint8()), nullable=False),
+        pa.field(POSITION_IDS, pa.list_(position_type), nullable=False),
+    ]
+    if prompt_tokens is not None:
+        fields_.append(pa.field(LABELS, pa.list_(pa.int32()), nullable=False))
+    schema = pa.schema(fields_)
     n_docs = len(token_lists)
     if n_docs == 0:
         return schema.empty_table(), PackStats()
 
+    truncated = 0
+    if truncate:
+        cut = [t[: seq_len - 1] for t in token_lists]
+        truncated = sum(map(len, token_lists)) - sum(map(len, cut))
+        token_lists = cut
     lengths = np.fromiter(map(len, token_lists), dtype=np.int64, count=n_docs)
     doc_starts = np.cumsum(lengths + 1) - (lengths + 1)
     total = int(lengths.sum()) + n_docs
@@ -232,19 +291,25 @@ def pack_sequences(
     np.maximum.accumulate(grid, axis=1, out=grid)
     np.subtract(np.arange(seq_len, dtype=np_position), grid, out=grid)
 
-    table = pa.Table.from_arrays(
-        [
-            _list_column(input_ids, seq_len, token_type),
-            _list_column(attention, seq_len, pa.uint8()),
-            _list_column(positions, seq_len, position_type),
-        ],
-        schema=schema,
-    )
+    columns = [
+        _list_column(input_ids, seq_len, token_type),
+        _list_column(attention, seq_len, pa.uint8()),
+        _list_column(positions, seq_len, position_type),
+    ]
+    if prompt_tokens is not None:
+        labels = input_ids.astype(np.int32)
+        labels[total:] = IGNORE_INDEX
+        prompt = np.minimum(np.asarray(prompt_tokens, dtype=np.int64), lengths)
+        masked = _ranges(doc_starts, prompt)
+        labels[masked[masked < size]] = IGNORE_INDEX
+        columns.append(_list_column(labels, seq_len, pa.int32()))
+    table = pa.Table.from_arrays(columns, schema=schema)
     stats = PackStats(
         documents=n_docs,
         sequences=n_seq,
         tokens=total - dropped,
         padding_tokens=padding,
+        truncated_tokens=truncated,
         dropped_tokens=dropped,
     )
     return table, stats
@@ -256,21 +321,29 @@ def pad_sequences(
     seq_len: int,
     pad_id: int,
     token_type: pa.DataType,
+    *,
+    targets: Sequence[int] | np.ndarray | None = None,
+    prompt_tokens: Sequence[int] | np.ndarray | None = None,
+    extra_columns: dict[str, pa.Array] | None = None,
 ) -> tuple[pa.Table, PackStats]:
     """One document per sequence: truncated to ``seq_len`` (``truncated_tokens`` counts the cut),
-    padded with ``pad_id`` to ``seq_len``; ``labels`` are the input ids with -100 on padding and
-    ``n_tokens`` the real tokens kept. No separator is added."""
+    padded with ``pad_id`` to ``seq_len`` or, when given, to each row's ``targets`` length (which
+    must be at least the row's kept tokens and at most ``seq_len``). ``labels`` are the input ids
+    with -100 on padding and on the first ``prompt_tokens`` of each row (SFT: the loss covers the
+    response only); ``n_tokens`` counts the real tokens kept. No separator is added.
+    ``extra_columns`` (e.g. ``label``, ``length_bucket``) are appended as they are."""
     _check_seq_len(seq_len)
     dtype = _token_dtype(token_type, pad_id=pad_id)
-    schema = pa.schema(
-        [
-            pa.field(DOC_ID, pa.string(), nullable=False),
-            pa.field(INPUT_IDS, pa.list_(token_type), nullable=False),
-            pa.field(ATTENTION_MASK, pa.list_(pa.uint8()), nullable=False),
-            pa.field(LABELS, pa.list_(pa.int32()), nullable=False),
-            pa.field(N_TOKENS, pa.int32(), nullable=False),
-        ]
-    )
+    fields_ = [
+        pa.field(DOC_ID, pa.string(), nullable=False),
+        pa.field(INPUT_IDS, pa.list_(token_type), nullable=False),
+        pa.field(ATTENTION_MASK, pa.list_(pa.uint8()), nullable=False),
+        pa.field(LABELS, pa.list_(pa.int32()), nullable=False),
+        pa.field(N_TOKENS, pa.int32(), nullable=False),
+    ]
+    extra_columns = extra_columns or {}
+    fields_ += [pa.field(name, column.type) for name, column in extra_columns.items()]
+    schema = pa.schema(fields_)
     n_docs = len(token_lists)
     if len(doc_ids) != n_docs:
         raise ValueError(f"{n_docs} token lists but {len(doc_ids)} doc_ids")
@@ -279,36 +352,131 @@ def pad_sequences(
 
     lengths = np.fromiter(map(len, token_lists), dtype=np.int64, count=n_docs)
     kept = np.minimum(lengths, seq_len)
-    real = np.arange(seq_len)[None, :] < kept[:, None]
-    input_ids = np.full((n_docs, seq_len), pad_id, dtype=dtype)
+    if targets is None:
+        widths = np.full(n_docs, seq_len, dtype=np.int64)
+    else:
+        widths = np.asarray(targets, dtype=np.int64)
+        if len(widths) != n_docs or (widths < kept).any() or (widths > seq_len).any():
+            raise ValueError("targets must give each row a length in [its tokens, seq_len]")
+    row_starts = np.concatenate([[0], np.cumsum(widths)])
+    size = int(row_starts[-1])
+    real_positions = _ranges(row_starts[:-1], kept)
+    input_ids = np.full(size, pad_id, dtype=dtype)
     try:
-        input_ids[real] = np.concatenate(
+        input_ids[real_positions] = np.concatenate(
             [t[:seq_len] for t in token_lists], dtype=dtype, casting="safe"
         )
     except TypeError as err:
         raise ValueError(f"token arrays must cast safely to {token_type}: {err}") from None
-    labels = input_ids.astype(np.int32)
-    labels[~real] = IGNORE_INDEX
+    attention = np.zeros(size, dtype=np.uint8)
+    attention[real_positions] = 1
+    labels = np.full(size, IGNORE_INDEX, dtype=np.int32)
+    labels[real_positions] = input_ids[real_positions]
+    if prompt_tokens is not None:
+        prompt = np.minimum(np.asarray(prompt_tokens, dtype=np.int64), kept)
+        labels[_ranges(row_starts[:-1], prompt)] = IGNORE_INDEX
 
-    table = pa.Table.from_arrays(
-        [
-            pa.array(doc_ids, pa.string()),
-            _list_column(input_ids.reshape(-1), seq_len, token_type),
-            _list_column(real.astype(np.uint8).reshape(-1), seq_len, pa.uint8()),
-            _list_column(labels.reshape(-1), seq_len, pa.int32()),
-            pa.array(kept.astype(np.int32), pa.int32()),
-        ],
-        schema=schema,
-    )
+    offsets = row_starts.astype(np.int64)
+    columns = [
+        pa.array(doc_ids, pa.string()),
+        _ragged_column(input_ids, offsets, token_type),
+        _ragged_column(attention, offsets, pa.uint8()),
+        _ragged_column(labels, offsets, pa.int32()),
+        pa.array(kept.astype(np.int32), pa.int32()),
+        *extra_columns.values(),
+    ]
+    table = pa.Table.from_arrays(columns, schema=schema)
     n_kept = int(kept.sum())
     stats = PackStats(
         documents=n_docs,
         sequences=n_docs,
         tokens=n_kept,
-        padding_tokens=n_docs * seq_len - n_kept,
+        padding_tokens=size - n_kept,
         truncated_tokens=int(lengths.sum()) - n_kept,
     )
     return table, stats
+
+
+def longest_in_batch(lengths: np.ndarray, seq_len: int, batch_size: int) -> np.ndarray:
+    """Per row, the padded length for ``pad_to="longest"``: the longest (truncated) row of its
+    group of ``batch_size`` consecutive rows."""
+    kept = np.minimum(np.asarray(lengths, dtype=np.int64), seq_len)
+    if len(kept) == 0:
+        return kept
+    groups = np.arange(len(kept)) // batch_size
+    longest = np.maximum.reduceat(kept, np.arange(0, len(kept), batch_size))
+    return np.maximum(longest[groups], 1)
+
+
+def check_boundaries(boundaries: Sequence[int], seq_len: int) -> None:
+    """Length-bucket bounds must be strictly increasing positive ints no larger than seq_len."""
+    values = list(boundaries)
+    if not values or any(not _is_int(b) or b < 1 or b > seq_len for b in values):
+        raise ValueError(
+            f"bucket_boundaries must be ints in [1, seq_len={seq_len}], got {tuple(values)!r}"
+        )
+    if any(b <= a for a, b in itertools.pairwise(values)):
+        raise ValueError(f"bucket_boundaries must be strictly increasing, got {tuple(values)!r}")
+
+
+def derive_boundaries(quantile_lengths: Sequence[float], seq_len: int, multiple: int = 8) -> tuple:
+    """Bucket bounds from the length distribution: the given quantiles of document length,
+    rounded up to a multiple of ``multiple`` (friendly to kernels), capped at and closed by
+    ``seq_len``, duplicates removed."""
+    bounds = sorted(
+        {
+            min(seq_len, max(multiple, -(-math.ceil(q) // multiple) * multiple))
+            for q in quantile_lengths
+        }
+        | {seq_len}
+    )
+    return tuple(bounds)
+
+
+def bucket_layout(
+    lengths: np.ndarray, boundaries: Sequence[int], seq_len: int, batch_size: int, seed: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Order and pad lengths of the ``bucketed`` layout, for rows given in shuffle order.
+
+    Each row goes to the first bucket whose bound holds its (truncated) length; inside a bucket,
+    rows keep their shuffle order and are cut into batches of ``batch_size``; each batch is padded
+    to its longest row; the batches are ordered by a seeded hash of (bucket, batch number), so a
+    trainer reading in order sees lengths mixed across batches but uniform inside one.
+    Returns ``(order, targets, bucket_of_row)``, the last two already in output order.
+    """
+    bounds = np.asarray(sorted(set(boundaries) | {seq_len}), dtype=np.int64)
+    kept = np.minimum(np.asarray(lengths, dtype=np.int64), seq_len)
+    bucket = np.searchsorted(bounds, kept, side="left").astype(np.int32)
+    batches: list[tuple[bytes, np.ndarray]] = []
+    key = int(seed).to_bytes(_SEED_BYTES, "little")
+    for b in np.unique(bucket):
+        rows = np.flatnonzero(bucket == b)
+        for number, start in enumerate(range(0, len(rows), batch_size)):
+            tag = hashlib.blake2b(
+                f"{b}:{number}".encode(), digest_size=8, key=key, person=_BATCH_PERSON
+            ).digest()
+            batches.append((tag, rows[start : start + batch_size]))
+    batches.sort(key=lambda item: item[0])
+    if not batches:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty, empty.astype(np.int32)
+    order = np.concatenate([rows for _, rows in batches])
+    targets = np.concatenate([np.full(len(rows), max(kept[rows].max(), 1)) for _, rows in batches])
+    return order, targets, bucket[order]
+
+
+def length_histogram(lengths: np.ndarray, seq_len: int, bins: int = 16) -> dict[str, int]:
+    """Document-length histogram with power-of-two edges up to ``seq_len`` (and one bin above),
+    for the asset's metadata."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    edges = [0]
+    while edges[-1] < seq_len and len(edges) < bins:
+        edges.append(max(1, edges[-1] * 2) if edges[-1] else 8)
+    edges = sorted(set(min(e, seq_len) for e in edges))
+    counts = np.histogram(lengths, bins=[*edges, max(seq_len + 1, edges[-1] + 1), np.inf])[0]
+    labels = [f"{a}-{b - 1}" for a, b in itertools.pairwise(edges)]
+    labels += [f"{edges[-1]}-{seq_len}", f">{seq_len}"]
+    return {label: int(c) for label, c in zip(labels, counts, strict=True)}
 
 
 # --- metadata -------------------------------------------------------------------------------------
@@ -344,6 +512,27 @@ def batch_schema_metadata(
 
 
 # --- helpers --------------------------------------------------------------------------------------
+def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Concatenated ``arange(start, start + count)`` for every pair, without a Python loop."""
+    counts = np.asarray(counts, dtype=np.int64)
+    total = int(counts.sum())
+    if total == 0:
+        return np.zeros(0, dtype=np.int64)
+    begins = np.repeat(np.asarray(starts, dtype=np.int64) - (np.cumsum(counts) - counts), counts)
+    return begins + np.arange(total, dtype=np.int64)
+
+
+def _ragged_column(values: np.ndarray, offsets: np.ndarray, value_type: pa.DataType) -> pa.Array:
+    """A list column with the given int64 row offsets (rows of different lengths)."""
+    if offsets[-1] <= _MAX_LIST_VALUES:
+        return pa.ListArray.from_arrays(
+            pa.array(offsets.astype(np.int32)), pa.array(values, value_type)
+        )
+    return pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(values, value_type)).cast(
+        pa.list_(value_type)
+    )
+
+
 def _is_int(value: object) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
 

@@ -376,6 +376,7 @@ def test_key_and_split_functions_refuse_bad_arguments():
         ({"seq_len": 1}, "seq_len"),
         ({"seq_len": 2.5}, "seq_len"),
         ({"layout": "ragged"}, "layout"),
+        ({"length_buckets": 0}, "length_buckets"),
         ({"validation_fraction": 1.0}, "validation_fraction"),
         ({"validation_fraction": -0.1}, "validation_fraction"),
         ({"validation_fraction": math.nan}, "validation_fraction"),
@@ -435,3 +436,139 @@ def test_schema_metadata_is_bytes_and_deterministic():
     assert meta[b"llm_assets.tokenizer.vocab_size"] == b"50257"
     assert meta[b"llm_assets.source_fingerprint"] == b"f00d"
     assert batch_schema_metadata(**{**kwargs, "split": "train"}) != meta
+
+
+# --- SFT labels, truncation, pad-to-longest, length buckets ---------------------------------------
+_docs_with_prompts = st.lists(
+    st.integers(0, 40).flatmap(
+        lambda n: st.tuples(
+            st.lists(st.integers(0, 50_000), min_size=n, max_size=n), st.integers(0, n + 3)
+        )
+    ),
+    min_size=1,
+    max_size=25,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_docs_with_prompts, st.integers(2, 48))
+def test_padded_labels_mask_exactly_the_prompt_and_padding(docs, seq_len):
+    token_lists = [np.array(ids, dtype=np.uint16) for ids, _ in docs]
+    prompts = [p for _, p in docs]
+    table, _stats = pad_sequences(
+        token_lists,
+        [f"d{i}" for i in range(len(docs))],
+        seq_len,
+        50256,
+        pa.uint16(),
+        prompt_tokens=prompts,
+    )
+    for row, (ids, prompt) in enumerate(docs):
+        kept = ids[:seq_len]
+        labels = table["labels"][row].as_py()
+        mask = table["attention_mask"][row].as_py()
+        expected = [-100 if i < prompt else t for i, t in enumerate(kept)] + [-100] * (
+            seq_len - len(kept)
+        )
+        assert labels == expected
+        assert mask == [1] * len(kept) + [0] * (seq_len - len(kept))
+
+
+@settings(max_examples=150, deadline=None)
+@given(_docs_with_prompts, st.integers(2, 48), st.booleans())
+def test_packed_sft_labels_mask_exactly_prompts_and_padding(docs, seq_len, truncate):
+    eos = 50256
+    token_lists = [np.array(ids, dtype=np.uint16) for ids, _ in docs]
+    table, stats = pack_sequences(
+        token_lists,
+        seq_len,
+        eos,
+        eos,
+        False,
+        pa.uint16(),
+        truncate=truncate,
+        prompt_tokens=[p for _, p in docs],
+    )
+    stream, expected = [], []
+    for ids, prompt in docs:
+        ids = ids[: seq_len - 1] if truncate else ids
+        stream += [*ids, eos]
+        expected += [-100 if i < prompt else t for i, t in enumerate(ids)] + [eos]
+    flat_ids = [t for row in table["input_ids"].to_pylist() for t in row]
+    flat_labels = [t for row in table["labels"].to_pylist() for t in row]
+    assert flat_ids[: len(stream)] == stream
+    assert flat_labels == expected + [-100] * (len(flat_labels) - len(expected))
+    original = sum(len(ids) for ids, _ in docs)
+    assert stats.truncated_tokens == original - (len(stream) - len(docs))
+    if truncate:
+        assert all(len(ids) < seq_len for ids, _ in docs) or stats.truncated_tokens > 0
+
+
+def test_pad_to_longest_in_batch_pads_each_group_to_its_longest():
+    lengths = np.array([3, 9, 2, 5, 40, 1, 7])
+    targets = batching.longest_in_batch(lengths, seq_len=16, batch_size=3)
+    assert targets.tolist() == [9, 9, 9, 16, 16, 16, 7]
+    token_lists = [np.arange(n, dtype=np.uint16) for n in lengths]
+    table, stats = pad_sequences(
+        token_lists, [str(i) for i in range(7)], 16, 0, pa.uint16(), targets=targets
+    )
+    assert [len(r) for r in table["input_ids"].to_pylist()] == targets.tolist()
+    assert stats.padding_tokens == int(targets.sum()) - int(np.minimum(lengths, 16).sum())
+    with pytest.raises(ValueError, match="targets"):
+        pad_sequences(token_lists, [str(i) for i in range(7)], 16, 0, pa.uint16(), targets=[1] * 7)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(st.integers(0, 300), min_size=0, max_size=200),
+    st.integers(1, 16),
+    st.integers(0, 2**32),
+)
+def test_bucketed_layout_is_a_permutation_with_uniform_batches(lengths, batch_size, seed):
+    seq_len = 256
+    boundaries = (16, 64, 128)
+    lengths = np.array(lengths, dtype=np.int64)
+    order, targets, buckets = batching.bucket_layout(lengths, boundaries, seq_len, batch_size, seed)
+    assert sorted(order.tolist()) == list(range(len(lengths)))
+    kept = np.minimum(lengths[order], seq_len)
+    assert (targets >= np.maximum(kept, 1)).all()
+    bounds = np.array([*boundaries, seq_len])
+    assert (kept <= bounds[buckets]).all()
+    assert (buckets == 0).all() or (kept[buckets > 0] > bounds[buckets[buckets > 0] - 1]).all()
+    again = batching.bucket_layout(lengths, boundaries, seq_len, batch_size, seed)
+    assert np.array_equal(order, again[0])
+
+
+def test_bucketed_padding_is_far_below_fixed_padding():
+    rng = np.random.default_rng(0)
+    lengths = np.minimum(rng.lognormal(4.5, 0.8, 5000).astype(int) + 1, 1024)
+    quantiles = np.quantile(lengths, np.linspace(0, 1, 17)[1:-1])
+    boundaries = batching.derive_boundaries(quantiles, 1024)
+    assert boundaries[-1] == 1024 and list(boundaries) == sorted(set(boundaries))
+    _order, targets, _ = batching.bucket_layout(lengths, boundaries, 1024, 8, 0)
+    bucketed_padding = 1 - lengths.sum() / targets.sum()
+    fixed_padding = 1 - lengths.sum() / (len(lengths) * 1024)
+    assert bucketed_padding < 0.2 < 0.75 < fixed_padding
+
+
+def test_length_histogram_counts_every_document():
+    hist = batching.length_histogram(np.array([0, 5, 8, 100, 1024, 5000]), 1024)
+    assert sum(hist.values()) == 6
+    assert hist[">1024"] == 1
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"overflow": "wrap"}, "overflow"),
+        ({"pad_to": "max"}, "pad_to"),
+        ({"batch_size": 0}, "batch_size"),
+        ({"bucket_boundaries": (64, 32)}, "bucket_boundaries"),
+        ({"bucket_boundaries": (2048,), "seq_len": 1024}, "bucket_boundaries"),
+        ({"layout": "ragged"}, "layout"),
+        ({"length_buckets": 0}, "length_buckets"),
+    ],
+)
+def test_new_batch_spec_fields_are_validated(kwargs, field):
+    with pytest.raises(ValueError, match=field):
+        BatchSpec(**kwargs)
