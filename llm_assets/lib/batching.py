@@ -37,10 +37,7 @@ LAYOUTS = ("packed", "padded", "bucketed")
 OVERFLOWS = ("split", "truncate")
 PAD_TO = ("seq_len", "longest")
 LENGTH_BUCKET = "length_bucket"
-PROMPT_TOKENS = "prompt_tokens"
-"""Optional column of tokenized SFT rows: how many leading tokens are the prompt (loss-masked)."""
-LABEL = "label"
-"""Optional class-label column (e.g. a review's sentiment) passed through to the batches."""
+
 ATTENTION_MASK = "attention_mask"
 POSITION_IDS = "position_ids"
 LABELS = "labels"
@@ -488,10 +485,13 @@ def batch_schema_metadata(
     vocab_size: int,
     split: str,
     input_fingerprint: str,
+    created_at: str = "",
 ) -> dict[bytes, bytes]:
     """Parquet schema metadata of a batch file: what a training job needs to trust it.
 
-    Only inputs, no timestamps, so equal inputs give byte-identical files. The input fingerprint
+    Only inputs, so equal inputs give byte-identical files: ``created_at`` is the caller's
+    reproducible creation time (``SOURCE_DATE_EPOCH`` or the newest input's mtime, ISO 8601),
+    never the clock of the run that happened to write the file. The input fingerprint
     is stored as ``llm_assets.source_fingerprint``, not ``llm_assets.input_fingerprint``: that key
     is the warehouse's completion marker, added to the footer when a file is committed.
     """
@@ -507,6 +507,11 @@ def batch_schema_metadata(
         "tokenizer.fingerprint": tokenizer_fingerprint,
         "tokenizer.vocab_size": str(int(vocab_size)),
         "source_fingerprint": input_fingerprint,
+        "created_at": created_at,
+        "overflow": spec.overflow,
+        "pad_to": spec.pad_to,
+        "batch_size": str(spec.batch_size),
+        "bucket_boundaries": ",".join(map(str, spec.bucket_boundaries or ())),
     }
     return {f"{META_PREFIX}{k}".encode(): v.encode() for k, v in sorted(values.items())}
 

@@ -1,26 +1,25 @@
-"""Document filters: each drop is a reject with its reason and the measured value."""
+"""Document filters: each drop is a reject with its reason and the measured value.
+
+:class:`FilterSpec` is the chain ``filtered_documents`` runs, in order: token-count bounds, then
+the class label (for labelled SFT data). Each step sees only the rows the previous ones kept, so
+every row is rejected once, for the first reason that applies.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from llm_assets.lib.schema import (
-    DOC_ID,
-    N_TOKENS,
-    SAMPLE_CHARS,
-    SOURCE_FILE,
-    SOURCE_LINE,
-    TEXT,
-    StageResult,
-    rejects_table,
-)
+from llm_assets.lib.schema import LABEL, METADATA, N_TOKENS, StageResult, drop_rows, empty_rejects
 
 FILTER_STAGE = "filter"
 TOO_FEW_TOKENS = "too_few_tokens"
 TOO_MANY_TOKENS = "too_many_tokens"
+MISSING_LABEL = "missing_label"
+UNMAPPED_LABEL = "unmapped_label"
 
 
 @dataclass(frozen=True)
@@ -39,7 +38,24 @@ class LengthFilterSpec:
             )
 
 
-def filter_table(table: pa.Table, spec: LengthFilterSpec) -> StageResult:
+@dataclass(frozen=True)
+class LabelSpec:
+    """A class label taken from the input record (a field of ``metadata``), optionally mapped,
+    e.g. review ratings to sentiments: ``{"1": "negative", ..., "5": "positive"}``.
+
+    A row without the field is rejected (``missing_label``); with a mapping, a value outside it is
+    rejected too (``unmapped_label``), so no example reaches training with a label nobody chose.
+    """
+
+    field: str
+    mapping: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.field:
+            raise ValueError("label field must be a non-empty field name")
+
+
+def filter_length(table: pa.Table, spec: LengthFilterSpec) -> StageResult:
     """Keep documents whose ``n_tokens`` lies within the bounds; reject the rest with the count."""
     counts = table[N_TOKENS]
     too_few = pc.less(counts, spec.min_tokens)
@@ -48,17 +64,66 @@ def filter_table(table: pa.Table, spec: LengthFilterSpec) -> StageResult:
         if spec.max_tokens is not None
         else too_few
     )
-    kept = table.filter(pc.invert(dropped))
-    gone = table.filter(dropped)
-    counts_gone = gone[N_TOKENS].to_pylist()
-    reasons = [TOO_FEW_TOKENS if n < spec.min_tokens else TOO_MANY_TOKENS for n in counts_gone]
-    rejects = rejects_table(
-        doc_ids=gone[DOC_ID].to_pylist(),
-        source_files=gone[SOURCE_FILE].to_pylist(),
-        source_lines=gone[SOURCE_LINE].to_pylist(),
+    counts_gone = table.filter(dropped)[N_TOKENS].to_pylist()
+    return drop_rows(
+        table,
+        dropped,
         stage=FILTER_STAGE,
-        reasons=reasons,
+        reasons=[TOO_FEW_TOKENS if n < spec.min_tokens else TOO_MANY_TOKENS for n in counts_gone],
         values=[str(n) for n in counts_gone],
-        samples=pc.utf8_slice_codeunits(gone[TEXT], 0, SAMPLE_CHARS).to_pylist(),
     )
-    return StageResult(kept, rejects)
+
+
+def attach_label(table: pa.Table, spec: LabelSpec) -> StageResult:
+    """Add a string ``label`` column from ``metadata[spec.field]`` (mapped); reject rows without
+    one. Numbers are matched by their JSON text (``5`` and ``"5"`` both map through ``"5"``)."""
+    mapping = dict(spec.mapping)
+    labels: list[str | None] = []
+    reasons: list[str] = []
+    values: list[str | None] = []
+    dropped: list[bool] = []
+    for raw in table[METADATA].to_pylist() if METADATA in table.column_names else []:
+        record = json.loads(raw) if raw else {}
+        value = record.get(spec.field) if isinstance(record, dict) else None
+        text = None if value is None else value if isinstance(value, str) else json.dumps(value)
+        if text is None:
+            reason = MISSING_LABEL
+        elif mapping and text not in mapping:
+            reason = UNMAPPED_LABEL
+        else:
+            labels.append(mapping.get(text, text))
+            dropped.append(False)
+            continue
+        dropped.append(True)
+        reasons.append(reason)
+        values.append(f"{spec.field}={text}" if text is not None else spec.field)
+    if len(dropped) != table.num_rows:  # no metadata column at all: every label is missing
+        dropped = [True] * table.num_rows
+        reasons, values = [MISSING_LABEL] * table.num_rows, [spec.field] * table.num_rows
+    result = drop_rows(table, dropped, stage=FILTER_STAGE, reasons=reasons, values=values)
+    kept = result.kept.append_column(pa.field(LABEL, pa.string()), pa.array(labels, pa.string()))
+    return StageResult(kept, result.rejects)
+
+
+@dataclass(frozen=True)
+class FilterSpec:
+    """Everything ``filtered_documents`` applies, in order; each part can be left out."""
+
+    length: LengthFilterSpec = field(default_factory=LengthFilterSpec)
+    label: LabelSpec | None = None
+
+
+def filter_table(table: pa.Table, spec: FilterSpec | LengthFilterSpec) -> StageResult:
+    """Kernel of ``filtered_documents``: run the filter chain, collecting every step's rejects."""
+    if isinstance(spec, LengthFilterSpec):
+        spec = FilterSpec(length=spec)
+    steps = [lambda t: filter_length(t, spec.length)]
+    if spec.label is not None:
+        label = spec.label
+        steps.append(lambda t: attach_label(t, label))
+    rejects = [empty_rejects()]
+    for step in steps:
+        result = step(table)
+        table = result.kept
+        rejects.append(result.rejects)
+    return StageResult(table, pa.concat_tables(rejects))

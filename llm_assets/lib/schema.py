@@ -11,10 +11,11 @@ import hashlib
 from dataclasses import dataclass
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 # --- document columns -------------------------------------------------------------------------
 DOC_ID = "doc_id"
-"""Stable id: 16 hex chars of SHA-256 over ``source_file`` NUL ``source_line`` (see :func:`make_doc_id`)."""
+"""Stable id: 16 hex chars of SHA-256 over ``source_file`` NUL ``source_line`` (make_doc_id)."""
 SOURCE_FILE = "source_file"
 """Path of the input file relative to the input folder, with ``/`` separators."""
 SOURCE_LINE = "source_line"
@@ -25,6 +26,10 @@ METADATA = "metadata"
 """The input record's other fields as a JSON object string, or null when there are none."""
 INPUT_IDS = "input_ids"
 N_TOKENS = "n_tokens"
+PROMPT_TOKENS = "prompt_tokens"
+"""SFT rows: how many leading ``input_ids`` are the prompt (masked out of the loss)."""
+LABEL = "label"
+"""Optional class label (e.g. a review's sentiment) passed through to the batches."""
 
 DOCUMENT_SCHEMA = pa.schema(
     [
@@ -113,3 +118,30 @@ class StageResult:
 
     kept: pa.Table
     rejects: pa.Table
+
+
+def drop_rows(
+    table: pa.Table,
+    dropped: pa.Array | pa.ChunkedArray | list[bool],
+    *,
+    stage: str,
+    reasons: list[str],
+    values: list[str | None],
+) -> StageResult:
+    """Split ``table`` into the rows kept and a rejects table for the rows where ``dropped`` is
+    true; ``reasons`` and ``values`` hold one entry per dropped row, in row order. The one place
+    kernels build their rejects, so every reject carries the document's location and a sample."""
+    mask = pa.array(dropped, pa.bool_()) if isinstance(dropped, list) else dropped
+    gone = table.filter(mask)
+    if len(reasons) != gone.num_rows or len(values) != gone.num_rows:
+        raise ValueError(f"{gone.num_rows} dropped rows but {len(reasons)} reasons")
+    rejects = rejects_table(
+        doc_ids=gone[DOC_ID].to_pylist(),
+        source_files=gone[SOURCE_FILE].to_pylist(),
+        source_lines=gone[SOURCE_LINE].to_pylist(),
+        stage=stage,
+        reasons=reasons,
+        values=values,
+        samples=pc.utf8_slice_codeunits(gone[TEXT], 0, SAMPLE_CHARS).to_pylist(),
+    )
+    return StageResult(table.filter(pc.invert(mask)), rejects)

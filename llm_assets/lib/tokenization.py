@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import importlib.resources
 import json
+import string
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -30,7 +31,16 @@ from typing import Literal, Protocol
 import numpy as np
 import pyarrow as pa
 
-from llm_assets.lib.schema import INPUT_IDS, N_TOKENS, TEXT, StageResult, empty_rejects
+from llm_assets.lib.schema import (
+    INPUT_IDS,
+    METADATA,
+    N_TOKENS,
+    PROMPT_TOKENS,
+    TEXT,
+    StageResult,
+    drop_rows,
+    empty_rejects,
+)
 
 GPT2 = "gpt2"
 GPT2_VOCAB_SIZE = 50257
@@ -39,6 +49,8 @@ GPT2_EOS = "<|endoftext|>"
 # The regex GPT-2 (and tiktoken's "gpt2" encoding) splits words with.
 GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 ENGINES = ("auto", "tiktoken", "hf")
+TOKENIZE_STAGE = "tokenize"
+MISSING_PROMPT_FIELD = "missing_prompt_field"
 
 
 class TokenizerError(ValueError):
@@ -95,8 +107,15 @@ class TokenizerSpec:
     engine: Literal["auto", "tiktoken", "hf"] = "auto"
     threads: int = 1
     """Threads of the tiktoken engine inside one worker (the backends parallelize across shards)."""
+    prompt_template: str | None = None
+    """SFT: a ``str.format`` template over the record's other fields (``metadata``), e.g.
+    ``"### Instruction:\n{instruction}\n\n### Response:\n"``. The rendered prompt is tokenized
+    before the document's text (the response), and ``prompt_tokens`` says how many leading ids
+    are the prompt so the batches can mask them out of the loss."""
 
     def __post_init__(self) -> None:
+        if self.prompt_template is not None:
+            prompt_fields(self.prompt_template)
         if self.engine not in ENGINES:
             raise TokenizerError(f"tokenizer engine must be one of {ENGINES}, got {self.engine!r}")
         if self.threads < 1:
@@ -245,6 +264,38 @@ def _hf_local(path: Path) -> Tokenizer:
     )
 
 
+def prompt_fields(template: str) -> list[str]:
+    """The field names a prompt template uses; a clear error for a template that cannot render."""
+    try:
+        names = [name for _, name, _, _ in string.Formatter().parse(template) if name is not None]
+    except ValueError as err:
+        raise TokenizerError(f"prompt_template is not a valid format string: {err}") from None
+    if any(not name or not name.isidentifier() for name in names):
+        raise TokenizerError(
+            f"prompt_template fields must be plain names like {{instruction}}, got {names}"
+        )
+    return names
+
+
+def render_prompts(metadata: list[str | None], template: str) -> tuple[list[str | None], list]:
+    """Each row's rendered prompt, or None with the name of the first missing field."""
+    names = prompt_fields(template)
+    prompts: list[str | None] = []
+    missing: list[str | None] = []
+    for raw in metadata:
+        record = json.loads(raw) if raw else {}
+        record = record if isinstance(record, dict) else {}
+        absent = next((n for n in names if record.get(n) is None), None)
+        if absent is not None:
+            prompts.append(None)
+            missing.append(absent)
+            continue
+        values = {n: v if isinstance(v, str) else json.dumps(v) for n, v in record.items()}
+        prompts.append(template.format_map(values))
+        missing.append(None)
+    return prompts, missing
+
+
 def ids_to_arrow(ids: list[list[int]], vocab_size: int) -> tuple[pa.Array, pa.Array]:
     """Token id lists as an Arrow list column of the vocabulary's dtype, plus int32 counts."""
     counts = np.fromiter((len(x) for x in ids), dtype=np.int32, count=len(ids))
@@ -259,11 +310,35 @@ def ids_to_arrow(ids: list[list[int]], vocab_size: int) -> tuple[pa.Array, pa.Ar
 
 
 def tokenize_table(table: pa.Table, spec: TokenizerSpec) -> StageResult:
-    """Kernel of ``tokenized_documents``: append ``input_ids`` and ``n_tokens``; rejects nothing
-    (an empty token list is kept and left to the length filter, which records why it goes)."""
+    """Kernel of ``tokenized_documents``: append ``input_ids`` and ``n_tokens`` (an empty token
+    list is kept and left to the length filter, which records why it goes). With a prompt
+    template, ids are prompt then response and ``prompt_tokens`` is added; a row missing a field
+    the template needs is a reject (``missing_prompt_field``)."""
     tok = spec.build()
+    rejects = empty_rejects()
+    prompt_ids = None
+    if spec.prompt_template is not None:
+        metadata = table[METADATA].to_pylist() if METADATA in table.column_names else []
+        prompts, missing = render_prompts(metadata or [None] * table.num_rows, spec.prompt_template)
+        absent = [m for m in missing if m is not None]
+        if absent:
+            result = drop_rows(
+                table,
+                [m is not None for m in missing],
+                stage=TOKENIZE_STAGE,
+                reasons=[MISSING_PROMPT_FIELD] * len(absent),
+                values=absent,
+            )
+            table, rejects = result.kept, result.rejects
+            prompts = [p for p in prompts if p is not None]
+        prompt_ids = tok.encode_batch(prompts)
     ids = tok.encode_batch(table.column(TEXT).to_pylist())
+    if prompt_ids is not None:
+        ids = [p + r for p, r in zip(prompt_ids, ids, strict=True)]
     lists, counts = ids_to_arrow(ids, tok.vocab_size)
     table = table.append_column(pa.field(INPUT_IDS, lists.type, nullable=False), lists)
     table = table.append_column(pa.field(N_TOKENS, pa.int32(), nullable=False), counts)
-    return StageResult(table, empty_rejects())
+    if prompt_ids is not None:
+        lengths = pa.array([len(p) for p in prompt_ids], pa.int32())
+        table = table.append_column(pa.field(PROMPT_TOKENS, pa.int32(), nullable=False), lengths)
+    return StageResult(table, rejects)

@@ -65,3 +65,47 @@ def test_nothing_lost(counts, low, extra):
     result = filter_table(_table(counts), LengthFilterSpec(low, low + extra))
     assert result.kept.num_rows + result.rejects.num_rows == len(counts)
     assert all(low <= c <= low + extra for c in result.kept["n_tokens"].to_pylist())
+
+
+def _labelled(metadata: list[str | None]) -> pa.Table:
+    n = len(metadata)
+    return pa.table(
+        {
+            "doc_id": [f"d{i}" for i in range(n)],
+            "source_file": ["reviews.csv"] * n,
+            "source_line": list(range(1, n + 1)),
+            "text": [f"review {i}" for i in range(n)],
+            "metadata": metadata,
+            "n_tokens": [20] * n,
+        }
+    )
+
+
+def test_label_column_is_mapped_and_rows_without_a_usable_label_are_rejects():
+    from llm_assets.lib.filters import (
+        MISSING_LABEL,
+        UNMAPPED_LABEL,
+        FilterSpec,
+        LabelSpec,
+    )
+
+    mapping = (("1", "negative"), ("2", "negative"), ("4", "positive"), ("5", "positive"))
+    spec = FilterSpec(label=LabelSpec(field="rating", mapping=mapping))
+    table = _labelled(['{"rating": 5}', '{"rating": "1"}', '{"rating": 3}', '{"title": "x"}', None])
+    result = filter_table(table, spec)
+    assert result.kept["label"].to_pylist() == ["positive", "negative"]
+    assert result.rejects["reason"].to_pylist() == [UNMAPPED_LABEL, MISSING_LABEL, MISSING_LABEL]
+    assert result.rejects["value"].to_pylist() == ["rating=3", "rating", "rating"]
+    assert result.rejects["source_line"].to_pylist() == [3, 4, 5]
+
+
+def test_label_without_mapping_passes_values_through_and_length_rejects_come_first():
+    from llm_assets.lib.filters import FilterSpec, LabelSpec, LengthFilterSpec
+
+    table = _labelled(['{"topic": "science"}', '{"topic": "art"}'])
+    table = table.set_column(5, "n_tokens", pa.array([3, 30], pa.int32()))
+    result = filter_table(
+        table, FilterSpec(length=LengthFilterSpec(min_tokens=10), label=LabelSpec("topic"))
+    )
+    assert result.kept["label"].to_pylist() == ["art"]
+    assert result.rejects["reason"].to_pylist() == ["too_few_tokens"]

@@ -111,3 +111,47 @@ def test_bad_tokenizer_config_is_a_clear_error(tmp_path: Path):
     (tmp_path / "tok.json").write_text("{}")
     with pytest.raises(TokenizerError, match="only serves GPT-2"):
         TokenizerSpec(name=str(tmp_path / "tok.json"), engine="tiktoken")
+
+
+TEMPLATE = "### Instruction:\n{instruction}\n\n### Response:\n"
+
+
+def _sft_table(metadata: list[str | None], texts: list[str]) -> pa.Table:
+    n = len(texts)
+    return pa.table(
+        {
+            "doc_id": [f"d{i}" for i in range(n)],
+            "source_file": ["sft.jsonl"] * n,
+            "source_line": list(range(1, n + 1)),
+            "text": texts,
+            "metadata": metadata,
+        }
+    )
+
+
+def test_prompt_template_puts_prompt_ids_first_and_counts_them():
+    spec = TokenizerSpec(prompt_template=TEMPLATE)
+    table = _sft_table(['{"instruction": "Add 2 and 3."}'], ["The answer is 5."])
+    kept = tokenize_table(table, spec).kept
+    tok = spec.build()
+    prompt = tok.encode_batch(["### Instruction:\nAdd 2 and 3.\n\n### Response:\n"])[0]
+    response = tok.encode_batch(["The answer is 5."])[0]
+    assert kept["input_ids"][0].as_py() == prompt + response
+    assert kept["prompt_tokens"].to_pylist() == [len(prompt)]
+    assert kept["n_tokens"].to_pylist() == [len(prompt) + len(response)]
+
+
+def test_rows_missing_a_prompt_field_are_rejects_naming_the_field():
+    spec = TokenizerSpec(prompt_template=TEMPLATE)
+    table = _sft_table(['{"instruction": "Say hi."}', '{"input": "x"}', None], ["Hi.", "a", "b"])
+    result = tokenize_table(table, spec)
+    assert result.kept["doc_id"].to_pylist() == ["d0"]
+    assert result.rejects["reason"].to_pylist() == ["missing_prompt_field"] * 2
+    assert result.rejects["value"].to_pylist() == ["instruction"] * 2
+
+
+def test_bad_prompt_template_is_a_clear_error():
+    with pytest.raises(TokenizerError, match="prompt_template"):
+        TokenizerSpec(prompt_template="{instruction")
+    with pytest.raises(TokenizerError, match="plain names"):
+        TokenizerSpec(prompt_template="{0} and {}")
