@@ -29,16 +29,7 @@ from typing import Literal
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from llm_assets.lib.schema import (
-    DOC_ID,
-    SAMPLE_CHARS,
-    SOURCE_FILE,
-    SOURCE_LINE,
-    TEXT,
-    StageResult,
-    empty_rejects,
-    rejects_table,
-)
+from llm_assets.lib.schema import TEXT, StageResult, drop_rows, empty_rejects
 
 NORMALIZE_STAGE = "normalize"
 EMPTY_AFTER_NORMALIZE = "empty_after_normalize"
@@ -124,25 +115,20 @@ def normalize_table(table: pa.Table, spec: NormalizeSpec) -> StageResult:
     """Kernel of ``normalized_documents``: rewrite ``text``; reject rows left empty."""
     if table.num_rows == 0:
         return StageResult(table, empty_rejects())
-    original = table
     normalized = normalize_array(table.column(TEXT), spec)
+    empty = pc.equal(pc.utf8_length(normalized), 0)
+    n_empty = pc.sum(empty).as_py() or 0
+    # Rejects keep the original text as their sample: the reader wants to see what was emptied.
+    result = drop_rows(
+        table,
+        empty,
+        stage=NORMALIZE_STAGE,
+        reasons=[EMPTY_AFTER_NORMALIZE] * n_empty,
+        values=[spec.preset] * n_empty,
+    )
     index = table.schema.get_field_index(TEXT)
     table = table.set_column(index, table.schema.field(TEXT), normalized)
-    empty = pc.equal(pc.utf8_length(normalized), 0)
-    if not pc.any(empty).as_py():
-        return StageResult(table, empty_rejects())
-    dropped = original.filter(empty)
-    n = dropped.num_rows
-    rejects = rejects_table(
-        doc_ids=dropped[DOC_ID].to_pylist(),
-        source_files=dropped[SOURCE_FILE].to_pylist(),
-        source_lines=dropped[SOURCE_LINE].to_pylist(),
-        stage=NORMALIZE_STAGE,
-        reasons=[EMPTY_AFTER_NORMALIZE] * n,
-        values=[spec.preset] * n,
-        samples=pc.utf8_slice_codeunits(dropped[TEXT], 0, SAMPLE_CHARS).to_pylist(),
-    )
-    return StageResult(table.filter(pc.invert(empty)), rejects)
+    return StageResult(table.filter(pc.invert(empty)), result.rejects)
 
 
 def _combined(array: pa.Array | pa.ChunkedArray) -> pa.Array:
