@@ -1,0 +1,1 @@
+"""Benchmarks: the study's runners, our pipeline measured through the assets' code, reports."""

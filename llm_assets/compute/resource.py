@@ -15,8 +15,10 @@ from pydantic import PrivateAttr
 
 from llm_assets.compute.base import ComputeBackend, Logger, OnResult, R, T
 
-BackendName = Literal["in_process", "multiprocess", "ray"]
+BackendName = Literal["in_process", "multiprocess", "ray", "auto"]
 BACKENDS: tuple[str, ...] = ("in_process", "multiprocess", "ray")
+AUTO = "auto"
+"""Per stage, the backend that won the latest benchmark at the nearest size (see bench.auto)."""
 
 
 def make_backend(
@@ -27,6 +29,7 @@ def make_backend(
     max_attempts: int = 3,
     task_timeout_s: float | None = None,
     logger: Logger | None = None,
+    benchmark_catalog: str | None = None,
 ) -> ComputeBackend:
     """Build a backend by name (also used outside Dagster: benchmarks and tests)."""
     common: dict[str, Any] = {
@@ -46,7 +49,25 @@ def make_backend(
         from llm_assets.compute.ray_backend import RayBackend
 
         return RayBackend(address=ray_address, num_cpus=workers, **common)
-    raise ValueError(f"unknown compute backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    if backend == AUTO:
+        from llm_assets.bench.auto import AutoBackend
+        from llm_assets.constants import CATALOG_FILE, DEFAULT_WAREHOUSE_DIR
+
+        def make(name: str) -> ComputeBackend:
+            return make_backend(
+                name,
+                workers=workers,
+                ray_address=ray_address,
+                max_attempts=max_attempts,
+                task_timeout_s=task_timeout_s,
+                logger=logger,
+            )
+
+        catalog = benchmark_catalog or f"{DEFAULT_WAREHOUSE_DIR}/{CATALOG_FILE}"
+        return AutoBackend(catalog, make=make, **common)
+    raise ValueError(
+        f"unknown compute backend {backend!r}; choose one of {', '.join(BACKENDS)}, {AUTO}"
+    )
 
 
 class ComputeResource(dg.ConfigurableResource):
@@ -61,6 +82,9 @@ class ComputeResource(dg.ConfigurableResource):
     """Attempts per shard before the run fails (a worker that dies or raises is retried)."""
     task_timeout_s: float | None = 3600.0
     """A shard running longer than this is killed and retried (multiprocess and Ray)."""
+    benchmark_catalog: str | None = None
+    """Catalog holding ``benchmark_results`` for backend ``auto``; unset means the default
+    warehouse's catalog (``data/warehouse/catalog.duckdb``)."""
 
     _backend: ComputeBackend | None = PrivateAttr(default=None)
     _logger: Logger | None = PrivateAttr(default=None)
@@ -84,6 +108,7 @@ class ComputeResource(dg.ConfigurableResource):
                 max_attempts=self.max_attempts,
                 task_timeout_s=self.task_timeout_s,
                 logger=self._logger,
+                benchmark_catalog=self.benchmark_catalog,
             )
         return self._backend
 

@@ -1,0 +1,358 @@
+"""Benchmark results: the DuckDB history table, the Markdown report and the charts.
+
+Results are appended (never replaced) to ``benchmark_results`` in the warehouse catalog, one row
+per measured repetition, with the git commit and the machine, so runs across commits and
+machines can be compared with SQL. Only the driver writes it, through one short connection.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import platform
+import subprocess
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from llm_assets.bench.reference import STUDY_RESULTS, StudyRow
+from llm_assets.bench.runner import OURS, REFERENCE, STARTUP, RunResult, Summary
+from llm_assets.warehouse.catalog import Catalog
+
+RESULTS_TABLE = "benchmark_results"
+
+_RESULTS_SQL = f"""
+CREATE TABLE IF NOT EXISTS {RESULTS_TABLE} (
+    benchmark_run_id VARCHAR NOT NULL,
+    git_commit VARCHAR,
+    recorded_at TIMESTAMP,
+    machine_cores INTEGER,
+    machine_memory_gb DOUBLE,
+    machine VARCHAR,
+    size BIGINT,
+    runner VARCHAR,
+    backend VARCHAR,
+    workers INTEGER,
+    repetition INTEGER,
+    rows_in BIGINT,
+    rows_out BIGINT,
+    tokens BIGINT,
+    bytes_in BIGINT,
+    seconds DOUBLE,
+    startup_seconds DOUBLE,
+    shutdown_seconds DOUBLE,
+    stage_seconds JSON,
+    rows_per_second DOUBLE,
+    tokens_per_second DOUBLE,
+    mb_per_second DOUBLE,
+    peak_driver_rss_mb DOUBLE,
+    peak_total_pss_mb DOUBLE,
+    cpu_seconds DOUBLE,
+    peak_processes INTEGER,
+    memory_kind VARCHAR
+)
+"""
+_COLUMNS = 27
+
+STUDY_LABELS = {"single": "single process", "multiprocessing": "multiprocessing", "ray": "Ray"}
+
+
+# --- context --------------------------------------------------------------------------------------
+def machine_info() -> dict[str, Any]:
+    """Cores, memory and platform of this machine (stored with every result)."""
+    return {
+        "cores": os.cpu_count() or 1,
+        "memory_gb": round(psutil.virtual_memory().total / 1024**3, 1),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "cpu": platform.processor() or platform.machine(),
+    }
+
+
+def git_commit(path: str | Path | None = None) -> str | None:
+    """The commit of the checkout holding this package (None outside a git checkout)."""
+    where = Path(path) if path else Path(__file__).resolve().parent
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=where, capture_output=True, text=True, timeout=10
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+# --- the history table ----------------------------------------------------------------------------
+def record_results(
+    catalog: Catalog,
+    benchmark_run_id: str,
+    results: Sequence[RunResult],
+    *,
+    machine: dict[str, Any] | None = None,
+    commit: str | None = None,
+    recorded_at: float | None = None,
+) -> int:
+    """Append every measured repetition to ``benchmark_results``; return the rows written."""
+    machine = machine or machine_info()
+    when = recorded_at if recorded_at is not None else time.time()
+    rows = [
+        [
+            benchmark_run_id,
+            commit,
+            when,
+            machine["cores"],
+            machine["memory_gb"],
+            json.dumps(machine, sort_keys=True),
+            r.size,
+            r.runner,
+            r.backend,
+            r.workers,
+            r.repetition,
+            r.rows_in,
+            r.rows_out,
+            r.tokens,
+            r.bytes_in,
+            r.seconds,
+            r.startup_seconds,
+            r.shutdown_seconds,
+            json.dumps(r.stage_seconds, sort_keys=True),
+            r.rows_per_second,
+            r.tokens_per_second,
+            r.mb_per_second,
+            r.peak_driver_rss_mb,
+            r.peak_total_pss_mb,
+            r.cpu_seconds,
+            r.peak_processes,
+            r.memory_kind,
+        ]
+        for r in results
+    ]
+    placeholders = ", ".join("to_timestamp(?)" if i == 2 else "?" for i in range(_COLUMNS))
+    with catalog.connect() as con:
+        con.execute(_RESULTS_SQL)
+        if rows:
+            con.executemany(f"INSERT INTO {RESULTS_TABLE} VALUES ({placeholders})", rows)
+    return len(rows)
+
+
+def ensure_results_table(catalog: Catalog) -> None:
+    """Create ``benchmark_results`` if missing (readers may query it before any run)."""
+    with catalog.connect() as con:
+        con.execute(_RESULTS_SQL)
+
+
+# --- Markdown -------------------------------------------------------------------------------------
+def _n(value: float, digits: int = 0) -> str:
+    return f"{value:,.{digits}f}"
+
+
+def _by_size(summaries: Sequence[Summary], runner: str) -> list[Summary]:
+    return sorted((s for s in summaries if s.runner == runner), key=lambda s: (s.size, s.backend))
+
+
+def _reference_single(summaries: Sequence[Summary], size: int) -> Summary | None:
+    return next(
+        (
+            s
+            for s in summaries
+            if s.runner == REFERENCE and s.backend == "single" and s.size == size
+        ),
+        None,
+    )
+
+
+def ours_table(summaries: Sequence[Summary]) -> str:
+    """Our pipeline per size and backend (medians), with the speed-up over the study's single
+    process re-measured here on the same rows."""
+    lines = [
+        "| rows | backend | seconds | start-up s | rows/s | tokens/s | MB/s | peak PSS MB (all) "
+        "| peak driver RSS MB | CPU s | x study single (here) |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for s in _by_size(summaries, OURS):
+        m = s.median
+        ref = _reference_single(summaries, s.size)
+        ratio = f"{m.rows_per_second / ref.median.rows_per_second:.1f}x" if ref else "-"
+        lines.append(
+            f"| {_n(s.size)} | {s.backend} | {m.seconds:.2f} | {m.startup_seconds:.2f} | "
+            f"{_n(m.rows_per_second)} | {_n(m.tokens_per_second)} | {m.mb_per_second:.2f} | "
+            f"{_n(m.peak_total_pss_mb)} | {_n(m.peak_driver_rss_mb)} | {m.cpu_seconds:.1f} | "
+            f"{ratio} |"
+        )
+    return "\n".join(lines)
+
+
+def reference_table(summaries: Sequence[Summary]) -> str:
+    """The study's runners re-measured on this machine."""
+    rows = _by_size(summaries, REFERENCE)
+    if not rows:
+        return "_not run (include_reference is off)_"
+    lines = [
+        "| rows | runner | workers | seconds | start-up s | rows/s | peak PSS MB (all) "
+        "| peak driver RSS MB | CPU s |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for s in rows:
+        m = s.median
+        lines.append(
+            f"| {_n(s.size)} | {STUDY_LABELS.get(s.backend, s.backend)} | {m.workers} | "
+            f"{m.seconds:.2f} | {m.startup_seconds:.2f} | {_n(m.rows_per_second)} | "
+            f"{_n(m.peak_total_pss_mb)} | {_n(m.peak_driver_rss_mb)} | {m.cpu_seconds:.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def study_table(summaries: Sequence[Summary], study: Sequence[StudyRow] = STUDY_RESULTS) -> str:
+    """The study's published figures next to the same runner re-measured here (nearest size)."""
+    lines = [
+        "| rows (study) | runner (study) | seconds | rows/s | peak MB (driver) "
+        "| re-measured here: rows | rows/s | driver RSS MB | here / study |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    refs = _by_size(summaries, REFERENCE)
+    for row in study:
+        same = [s for s in refs if s.backend == row.runner]
+        here = min(same, key=lambda s: abs(s.size - row.rows), default=None)
+        if here is None:
+            tail = "- | - | - | - |"
+        else:
+            m = here.median
+            tail = (
+                f"{_n(here.size)} | {_n(m.rows_per_second)} | {_n(m.peak_driver_rss_mb)} | "
+                f"{m.rows_per_second / row.rows_per_second:.2f}x |"
+            )
+        lines.append(
+            f"| {_n(row.rows)} | {row.detail} | {row.seconds:.2f} | {_n(row.rows_per_second)} | "
+            f"{_n(row.peak_driver_mb)} | {tail}"
+        )
+    return "\n".join(lines)
+
+
+def stage_table(summaries: Sequence[Summary]) -> str:
+    """Seconds per stage of our pipeline (median repetition)."""
+    ours = _by_size(summaries, OURS)
+    if not ours:
+        return "_no runs_"
+    stages = list(ours[0].median.stage_seconds)
+    for s in ours:
+        stages += [k for k in s.median.stage_seconds if k not in stages]
+    stages = [STARTUP, *[k for k in stages if k != STARTUP]]
+    lines = [
+        "| rows | backend | " + " | ".join(stages) + " |",
+        "|---:|---|" + "---:|" * len(stages),
+    ]
+    for s in ours:
+        cells = " | ".join(f"{s.median.stage_seconds.get(k, 0.0):.2f}" for k in stages)
+        lines.append(f"| {_n(s.size)} | {s.backend} | {cells} |")
+    return "\n".join(lines)
+
+
+def winners(summaries: Sequence[Summary]) -> dict[int, Summary]:
+    """The fastest of our backends at each size (lowest median wall time)."""
+    best: dict[int, Summary] = {}
+    for s in _by_size(summaries, OURS):
+        if s.size not in best or s.median.seconds < best[s.size].median.seconds:
+            best[s.size] = s
+    return best
+
+
+def recommendations(summaries: Sequence[Summary]) -> list[str]:
+    """One line per size: which backend to use on this machine, and by how much it wins."""
+    ours = _by_size(summaries, OURS)
+    lines = []
+    for size, best in sorted(winners(summaries).items()):
+        others = sorted(
+            (s for s in ours if s.size == size and s is not best), key=lambda s: s.median.seconds
+        )
+        versus = ", ".join(
+            f"{s.backend} {s.median.seconds / best.median.seconds:.2f}x slower" for s in others
+        )
+        lines.append(
+            f"- **{_n(size)} rows: `{best.backend}`** ({best.median.seconds:.2f} s, "
+            f"{_n(best.median.rows_per_second)} rows/s" + (f"; {versus}" if versus else "") + ")"
+        )
+    return lines
+
+
+def markdown_report(
+    summaries: Sequence[Summary],
+    *,
+    machine: dict[str, Any] | None = None,
+    commit: str | None = None,
+    images: dict[str, str] | None = None,
+) -> str:
+    """The whole report: recommendation, our table, the study side by side, stages, charts."""
+    machine = machine or machine_info()
+    parts = [
+        "## Benchmark: the study's workload on every backend",
+        f"Machine: {machine['cores']} cores, {machine['memory_gb']} GB "
+        f"({machine.get('platform', '')}); commit `{commit or 'unknown'}`. Workload: normalize "
+        "`ascii_lower`, GPT-2, drop < 10 tokens, pack batches. Medians of the repetitions; "
+        "seconds include backend start-up (worker spawn, local Ray start); memory is the peak "
+        "sum of PSS over the driver and all its descendant processes.",
+        "### Recommendation (fastest backend per size on this machine)",
+        "\n".join(recommendations(summaries)) or "_no runs_",
+        "### Our pipeline",
+        ours_table(summaries),
+        "### The study's runners, re-measured here",
+        reference_table(summaries),
+        "### The study's published table, side by side",
+        study_table(summaries),
+        "### Seconds per stage (our pipeline)",
+        stage_table(summaries),
+    ]
+    for title, markdown in (images or {}).items():
+        parts += [f"### {title}", markdown]
+    return "\n\n".join(parts) + "\n"
+
+
+# --- charts ---------------------------------------------------------------------------------------
+def _series(summaries: Sequence[Summary], value: str) -> dict[str, tuple[list[int], list[float]]]:
+    series: dict[str, tuple[list[int], list[float]]] = {}
+    for s in sorted(summaries, key=lambda s: s.size):
+        xs, ys = series.setdefault(s.label, ([], []))
+        xs.append(s.size)
+        ys.append(getattr(s.median, value))
+    return series
+
+
+def write_charts(summaries: Sequence[Summary], out_dir: str | Path) -> dict[str, Path]:
+    """Throughput and memory against rows (log x) per runner/backend, as PNG files."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    charts = {
+        "throughput": ("rows_per_second", "rows per second", "Throughput vs corpus size"),
+        "memory": ("peak_total_pss_mb", "peak PSS of all processes (MB)", "Peak memory"),
+    }
+    paths = {}
+    for name, (value, ylabel, title) in charts.items():
+        fig, ax = plt.subplots(figsize=(7, 4.2), dpi=100)
+        for label, (xs, ys) in sorted(_series(summaries, value).items()):
+            style = "--" if label.startswith(REFERENCE) else "-"
+            ax.plot(xs, ys, style, marker="o", label=label)
+        ax.set_xscale("log")
+        ax.set_xlabel("rows (log scale)")
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        path = out / f"{name}.png"
+        fig.savefig(path)
+        plt.close(fig)
+        paths[name] = path
+    return paths
+
+
+def image_markdown(path: str | Path, alt: str) -> str:
+    """Markdown that shows a PNG inline (a base64 data URI: the UI renders it, no file server)."""
+    data = base64.b64encode(Path(path).read_bytes()).decode()
+    return f"![{alt}](data:image/png;base64,{data})"

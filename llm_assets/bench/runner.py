@@ -1,0 +1,419 @@
+"""Run the study's workload through our assets' own code, and the study's runners, and measure.
+
+Our pipeline is driven exactly as the assets drive it: :mod:`llm_assets.stages` ``run_*`` with a
+:class:`~llm_assets.stages.StageContext` on a fresh temporary warehouse and catalog, and a real
+backend from :func:`~llm_assets.compute.resource.make_backend`. Every measured repetition starts
+from an empty warehouse (no shard is reused) and starts its backend itself: worker spawn or the
+local Ray start is inside the wall time, and also reported on its own as ``startup_seconds``.
+``seconds`` ends when the last stage is recorded; stopping the workers (``shutdown_seconds``) is
+reported apart.
+
+The workload is the study's: normalize preset ``ascii_lower``, GPT-2, drop documents under 10
+tokens, then pack training batches (our extra stage: the study stopped at JSONL rows).
+"""
+
+from __future__ import annotations
+
+import gc
+import gzip
+import logging
+import os
+import shutil
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from llm_assets import stages
+from llm_assets.bench.measure import ResourceSampler
+from llm_assets.bench.reference import REFERENCE_RUNNERS, STUDY_MIN_TOKENS, run_reference
+from llm_assets.compute.base import Logger
+from llm_assets.compute.resource import BACKENDS, make_backend
+from llm_assets.compute.testing import ProbeTask, run_probe
+from llm_assets.constants import (
+    CATALOG_FILE,
+    FILTERED_DOCUMENTS,
+    NORMALIZED_DOCUMENTS,
+    RAW_DOCUMENTS,
+    TOKENIZED_DOCUMENTS,
+    TRAINING_BATCHES,
+)
+from llm_assets.lib.batching import BatchSpec
+from llm_assets.lib.filters import LengthFilterSpec
+from llm_assets.lib.ingest import IngestSpec
+from llm_assets.lib.normalize import NormalizeSpec
+from llm_assets.lib.tokenization import TokenizerSpec
+from llm_assets.warehouse.catalog import Catalog
+
+OURS = "ours"
+REFERENCE = "reference"
+STARTUP = "startup"
+CORPUS_NAME = "corpus"
+DEFAULT_SEED = 0
+
+_log = logging.getLogger("llm_assets.bench")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The study's workload as our stage specs."""
+
+    normalize: NormalizeSpec = field(default_factory=lambda: NormalizeSpec(preset="ascii_lower"))
+    tokenizer: TokenizerSpec = field(default_factory=TokenizerSpec)
+    filter: LengthFilterSpec = field(
+        default_factory=lambda: LengthFilterSpec(min_tokens=STUDY_MIN_TOKENS)
+    )
+    batches: BatchSpec = field(default_factory=BatchSpec)
+    rows_per_shard: int = stages.DEFAULT_ROWS_PER_SHARD
+
+
+@dataclass
+class RunResult:
+    """One measured run of one runner on one corpus."""
+
+    runner: str
+    """``ours`` or ``reference``."""
+    backend: str
+    """Our backend (in_process, multiprocess, ray) or the study's runner (single, ...)."""
+    size: int
+    repetition: int
+    """1-based; 0 is the warm-up (not counted)."""
+    workers: int
+    rows_in: int
+    rows_out: int
+    tokens: int
+    bytes_in: int
+    seconds: float
+    startup_seconds: float
+    shutdown_seconds: float = 0.0
+    stage_seconds: dict[str, float] = field(default_factory=dict)
+    cpu_seconds: float = 0.0
+    peak_total_pss_mb: float = 0.0
+    peak_driver_rss_mb: float = 0.0
+    peak_processes: int = 0
+    memory_kind: str = "pss"
+
+    @property
+    def label(self) -> str:
+        """``ours/multiprocess``, ``reference/single``..."""
+        return f"{self.runner}/{self.backend}"
+
+    @property
+    def rows_per_second(self) -> float:
+        return self.rows_in / max(self.seconds, 1e-9)
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens / max(self.seconds, 1e-9)
+
+    @property
+    def mb_per_second(self) -> float:
+        return self.bytes_in / 1e6 / max(self.seconds, 1e-9)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain dict with the derived rates (for JSON reports)."""
+        return {
+            **asdict(self),
+            "rows_per_second": self.rows_per_second,
+            "tokens_per_second": self.tokens_per_second,
+            "mb_per_second": self.mb_per_second,
+        }
+
+
+# --- data -----------------------------------------------------------------------------------------
+def corpus_path(data_dir: str | Path, size: int, suffix: str = ".jsonl") -> Path:
+    """Where the generated corpus of ``size`` rows lives (alone in its folder: the ingest input)."""
+    return Path(data_dir) / f"rows-{size}" / f"{CORPUS_NAME}{suffix}"
+
+
+def ensure_corpus(
+    data_dir: str | Path, size: int, seed: int = DEFAULT_SEED, suffix: str = ".jsonl"
+) -> Path:
+    """Generate (once) a WikiText-2-like corpus of ``size`` rows with :mod:`llm_assets.datagen`."""
+    from llm_assets.datagen import generate_records, write_corpus
+
+    path = corpus_path(data_dir, size, suffix)
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # write_corpus picks the format from the suffix: keep it; a dot prefix hides the temporary
+        # from ingest (hidden files are skipped).
+        tmp = path.with_name(f".tmp{os.getpid()}-{path.name}")
+        write_corpus(tmp, generate_records(size, seed), seed=seed)
+        tmp.replace(path)
+    return path
+
+
+def read_texts(path: str | Path) -> list[str]:
+    """The ``text`` of every JSONL record (for the tokenizer-only ceiling)."""
+    import orjson
+
+    opener = gzip.open if str(path).endswith(".gz") else open
+    texts = []
+    with opener(path, "rb") as handle:
+        for line in handle:
+            if line.strip():
+                value = orjson.loads(line).get("text")
+                if isinstance(value, str):
+                    texts.append(value)
+    return texts
+
+
+# --- our pipeline ---------------------------------------------------------------------------------
+def _startup(backend: Any) -> None:
+    """Start the backend's workers and wait until every one has answered a trivial task."""
+    n = max(1, backend.parallelism)
+    backend.run(run_probe, [ProbeTask(key=f"warm-{i}", value=i) for i in range(n)])
+
+
+def run_pipeline(
+    input_dir: str | Path,
+    backend: str,
+    *,
+    work_dir: str | Path,
+    workers: int = 0,
+    size: int = 0,
+    repetition: int = 1,
+    workload: Workload | None = None,
+    log: Logger | None = None,
+    keep_warehouse: bool = False,
+) -> RunResult:
+    """Run all five stages on ``input_dir`` with a fresh warehouse under ``work_dir``."""
+    workload = workload or Workload()
+    log = log or _log
+    root = Path(work_dir) / f"warehouse-{backend}-{size}-{repetition}-{os.getpid()}"
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    bytes_in = sum(p.stat().st_size for p in Path(input_dir).rglob("*") if p.is_file())
+    gc.collect()
+    stage_seconds: dict[str, float] = {}
+    sampler = ResourceSampler().start()
+    started = time.perf_counter()
+    compute = make_backend(backend, workers=workers, logger=log)
+    try:
+        _startup(compute)
+        startup = time.perf_counter() - started
+        ctx = stages.StageContext(
+            warehouse_root=root,
+            catalog=Catalog(root / CATALOG_FILE),
+            compute=compute,
+            log=log,
+            backend=backend,
+        )
+        raw = stages.run_raw_documents(
+            ctx, input_dir, IngestSpec(), rows_per_shard=workload.rows_per_shard
+        )
+        stage_seconds[RAW_DOCUMENTS] = raw.seconds
+        stage_seconds[NORMALIZED_DOCUMENTS] = stages.run_normalized_documents(
+            ctx, workload.normalize
+        ).seconds
+        tokenized = stages.run_tokenized_documents(ctx, workload.tokenizer)
+        stage_seconds[TOKENIZED_DOCUMENTS] = tokenized.seconds
+        filtered = stages.run_filtered_documents(ctx, workload.filter)
+        stage_seconds[FILTERED_DOCUMENTS] = filtered.seconds
+        batches = stages.run_training_batches(ctx, workload.batches)
+        stage_seconds[TRAINING_BATCHES] = batches.seconds
+        stage_seconds[f"{TRAINING_BATCHES}.scatter"] = float(batches.extra["scatter_seconds"])
+        seconds = time.perf_counter() - started
+    finally:
+        closing = time.perf_counter()
+        compute.close()
+        shutdown = time.perf_counter() - closing
+        measured = sampler.stop()
+        if not keep_warehouse:
+            shutil.rmtree(root, ignore_errors=True)
+    stage_seconds[STARTUP] = startup
+    return RunResult(
+        runner=OURS,
+        backend=backend,
+        size=size or raw.rows_in,
+        repetition=repetition,
+        workers=compute.parallelism if backend != "ray" else (workers or os.cpu_count() or 1),
+        rows_in=raw.rows_in,
+        rows_out=filtered.rows_out,
+        tokens=int(tokenized.extra.get("tokens", 0)),
+        bytes_in=bytes_in,
+        seconds=seconds,
+        startup_seconds=startup,
+        shutdown_seconds=shutdown,
+        stage_seconds=stage_seconds,
+        cpu_seconds=measured.cpu_seconds,
+        peak_total_pss_mb=measured.peak_total_pss_mb,
+        peak_driver_rss_mb=measured.peak_driver_rss_mb,
+        peak_processes=measured.peak_processes,
+        memory_kind=measured.memory_kind,
+    )
+
+
+# --- the study's runners --------------------------------------------------------------------------
+def run_reference_measured(
+    input_file: str | Path,
+    runner: str,
+    *,
+    work_dir: str | Path,
+    workers: int = 0,
+    size: int = 0,
+    repetition: int = 1,
+) -> RunResult:
+    """Run one of the study's runners on ``input_file`` under the same sampler as ours."""
+    out = Path(work_dir) / f"reference-{runner}-{size}-{repetition}-{os.getpid()}.jsonl"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    gc.collect()
+    sampler = ResourceSampler().start()
+    try:
+        result = run_reference(runner, input_file, out, workers=workers)
+    finally:
+        measured = sampler.stop()
+        out.unlink(missing_ok=True)
+    return RunResult(
+        runner=REFERENCE,
+        backend=runner,
+        size=size or result.rows_in,
+        repetition=repetition,
+        workers=result.workers,
+        rows_in=result.rows_in,
+        rows_out=result.rows_out,
+        tokens=result.tokens,
+        bytes_in=Path(input_file).stat().st_size,
+        seconds=result.seconds,
+        startup_seconds=result.startup_seconds,
+        cpu_seconds=measured.cpu_seconds,
+        peak_total_pss_mb=measured.peak_total_pss_mb,
+        peak_driver_rss_mb=measured.peak_driver_rss_mb,
+        peak_processes=measured.peak_processes,
+        memory_kind=measured.memory_kind,
+    )
+
+
+# --- a whole benchmark ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class BenchmarkPlan:
+    """What to run: sizes x (our backends + the study's runners) x repetitions."""
+
+    sizes: tuple[int, ...] = (1_000, 32_000, 200_000)
+    backends: tuple[str, ...] = BACKENDS
+    reference_runners: tuple[str, ...] = ()
+    repetitions: int = 3
+    workers: int = 0
+    warmup: bool = True
+    reference_max_rows: dict[str, int] = field(default_factory=lambda: {"ray": 32_000})
+    """Skip a study runner above this many rows (one Ray call per row: ~10 min per 200K run)."""
+    seed: int = DEFAULT_SEED
+    workload: Workload = field(default_factory=Workload)
+
+    def __post_init__(self) -> None:
+        if self.repetitions < 1:
+            raise ValueError(f"repetitions must be >= 1, got {self.repetitions}")
+        if not self.sizes or any(s < 1 for s in self.sizes):
+            raise ValueError(f"sizes must be positive row counts, got {self.sizes}")
+        for backend in self.backends:
+            if backend not in BACKENDS:
+                raise ValueError(f"unknown backend {backend!r}; choose from {BACKENDS}")
+        for runner in self.reference_runners:
+            if runner not in REFERENCE_RUNNERS:
+                raise ValueError(f"unknown study runner {runner!r}; choose {REFERENCE_RUNNERS}")
+
+    def runs(self) -> list[tuple[int, str, str]]:
+        """(size, runner kind, backend) in the order they run."""
+        todo = []
+        for size in self.sizes:
+            todo += [(size, OURS, b) for b in self.backends]
+            todo += [
+                (size, REFERENCE, r)
+                for r in self.reference_runners
+                if size <= self.reference_max_rows.get(r, size)
+            ]
+        return todo
+
+
+def run_benchmark(
+    plan: BenchmarkPlan,
+    *,
+    data_dir: str | Path,
+    work_dir: str | Path,
+    log: Logger | None = None,
+) -> list[RunResult]:
+    """Run the plan; return every measured repetition (warm-ups excluded).
+
+    A warm-up run of each (runner, backend) pair goes first, on the smallest size: it pays the
+    one-off costs of a fresh driver (imports, file cache) that no repetition should carry.
+    """
+    log = log or _log
+    workers = plan.workers or (os.cpu_count() or 1)
+    results: list[RunResult] = []
+    warmed: set[tuple[str, str]] = set()
+    smallest = min(plan.sizes)
+
+    def one(size: int, kind: str, backend: str, repetition: int) -> RunResult:
+        corpus = ensure_corpus(data_dir, size, plan.seed)
+        if kind == OURS:
+            return run_pipeline(
+                corpus.parent, backend, work_dir=work_dir, workers=workers, size=size,
+                repetition=repetition, workload=plan.workload, log=_QuietLog(log),
+            )  # fmt: skip
+        return run_reference_measured(
+            corpus, backend, work_dir=work_dir, workers=workers, size=size, repetition=repetition
+        )
+
+    for size, kind, backend in plan.runs():
+        if plan.warmup and (kind, backend) not in warmed:
+            log.info(f"benchmark: warm-up {kind}/{backend} on {smallest} rows")
+            one(smallest, kind, backend, 0)
+            warmed.add((kind, backend))
+        for repetition in range(1, plan.repetitions + 1):
+            result = one(size, kind, backend, repetition)
+            log.info(
+                f"benchmark: {result.label} {size} rows, rep {repetition}: "
+                f"{result.seconds:.2f} s ({result.startup_seconds:.2f} s start-up), "
+                f"{result.rows_per_second:,.0f} rows/s, {result.peak_total_pss_mb:.0f} MB PSS"
+            )
+            results.append(result)
+    return results
+
+
+class _QuietLog:
+    """Pass warnings on, drop the per-shard info lines (hundreds per run)."""
+
+    def __init__(self, log: Logger) -> None:
+        self._log = log
+
+    def info(self, msg: str) -> None:
+        _log.debug(msg)
+
+    def warning(self, msg: str) -> None:
+        self._log.warning(msg)
+
+
+# --- summaries ------------------------------------------------------------------------------------
+@dataclass
+class Summary:
+    """The median repetition of one (size, runner, backend)."""
+
+    size: int
+    runner: str
+    backend: str
+    repetitions: int
+    median: RunResult
+    seconds_all: list[float]
+
+    @property
+    def label(self) -> str:
+        return self.median.label
+
+
+def summarize(results: Sequence[RunResult]) -> list[Summary]:
+    """Group repetitions and keep the one with the median wall time (its other figures too)."""
+    groups: dict[tuple[int, str, str], list[RunResult]] = {}
+    for result in results:
+        if result.repetition > 0:
+            groups.setdefault((result.size, result.runner, result.backend), []).append(result)
+    summaries = []
+    for (size, runner, backend), runs in groups.items():
+        ordered = sorted(runs, key=lambda r: r.seconds)
+        median_seconds = statistics.median_low([r.seconds for r in ordered])
+        median = next(r for r in ordered if r.seconds == median_seconds)
+        summaries.append(
+            Summary(size, runner, backend, len(runs), median, [r.seconds for r in runs])
+        )
+    return summaries
