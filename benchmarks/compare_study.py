@@ -1,0 +1,239 @@
+"""Compare our pipeline with the published study's runners on the same generated rows.
+
+Generates the data (llm_assets.datagen), runs the study's runners and our pipeline (medians of the
+repetitions, a warm-up first), measures the tokenizer-only ceiling, prints a table and the ratios
+against the targets, and writes JSON + Markdown to benchmarks/results/. See benchmarks/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from llm_assets.bench.ceiling import Ceiling, tokenizer_ceiling
+from llm_assets.bench.reference import REFERENCE_RUNNERS
+from llm_assets.bench.report import (
+    git_commit,
+    machine_info,
+    markdown_report,
+    record_results,
+    write_charts,
+)
+from llm_assets.bench.runner import (
+    OURS,
+    REFERENCE,
+    BenchmarkPlan,
+    RunResult,
+    Summary,
+    ensure_corpus,
+    read_texts,
+    run_benchmark,
+    summarize,
+)
+from llm_assets.compute.resource import BACKENDS
+from llm_assets.warehouse.catalog import Catalog
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS_DIR = REPO / "benchmarks" / "results"
+DATA_DIR = REPO / "data" / "generated" / "bench"
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x.replace("_", "")) for x in text.split(",") if x]
+
+
+def _names(text: str) -> list[str]:
+    return [x for x in text.split(",") if x]
+
+
+def _get(summaries: list[Summary], size: int, runner: str, backend: str) -> RunResult | None:
+    for s in summaries:
+        if (s.size, s.runner, s.backend) == (size, runner, backend):
+            return s.median
+    return None
+
+
+def _target(name: str, value: float | None, op: str, threshold: float, detail: str) -> dict:
+    if value is None:
+        return {"target": name, "value": None, "threshold": f"{op} {threshold:g}", "met": None,
+                "detail": detail + " (not measured)"}  # fmt: skip
+    met = value >= threshold if op == ">=" else value <= threshold
+    return {"target": name, "value": round(value, 3), "threshold": f"{op} {threshold:g}",
+            "met": met, "detail": detail}  # fmt: skip
+
+
+def evaluate_targets(
+    summaries: list[Summary], ceilings: dict[int, Ceiling], mid: int, big: int, small: int
+) -> list[dict[str, Any]]:
+    """The issue's targets, each with its measured ratio and whether it is met."""
+
+    def ratio(a: RunResult | None, b: RunResult | None, attr: str = "rows_per_second"):
+        return getattr(a, attr) / getattr(b, attr) if a and b else None
+
+    ref_mid = _get(summaries, mid, REFERENCE, "single")
+    ours = {b: _get(summaries, mid, OURS, b) for b in BACKENDS}
+    targets = [
+        _target(f"in_process rows/s vs study single @{mid:,}",
+                ratio(ours["in_process"], ref_mid), ">=", 7, "x reference single process"),
+        _target(f"multiprocess rows/s vs study single @{mid:,}",
+                ratio(ours["multiprocess"], ref_mid), ">=", 10, "x reference single process"),
+        _target(f"multiprocess rows/s vs our in_process @{big:,}",
+                ratio(_get(summaries, big, OURS, "multiprocess"),
+                      _get(summaries, big, OURS, "in_process")), ">=", 1.5, "x"),
+        _target(f"ray rows/s vs study single @{mid:,}",
+                ratio(ours["ray"], ref_mid), ">=", 8, "x reference single (Ray start included)"),
+        _target(f"ray wall time vs our in_process @{small:,}",
+                ratio(_get(summaries, small, OURS, "ray"),
+                      _get(summaries, small, OURS, "in_process"), "seconds"), "<=", 2,
+                "x in_process seconds"),
+    ]  # fmt: skip
+    for s in summaries:
+        if s.runner != OURS:
+            continue
+        limit = 1536 if s.backend == "ray" else 600
+        targets.append(
+            _target(
+                f"peak PSS {s.backend} @{s.size:,}",
+                s.median.peak_total_pss_mb,
+                "<=",
+                limit,
+                "MB, all processes",
+            )
+        )
+    for backend in BACKENDS:
+        a, b = _get(summaries, mid, OURS, backend), _get(summaries, big, OURS, backend)
+        growth = (b.peak_total_pss_mb / a.peak_total_pss_mb - 1) * 100 if a and b else None
+        targets.append(
+            _target(f"peak memory growth {backend} {mid:,} -> {big:,}", growth, "<=", 15, "%")
+        )
+    for size, ceiling in sorted(ceilings.items()):
+        best = min(
+            (s for s in summaries if s.runner == OURS and s.size == size),
+            key=lambda s: s.median.seconds,
+            default=None,
+        )
+        value = best.median.rows_per_second / ceiling.rows_per_second * 100 if best else None
+        targets.append(
+            _target(f"pipeline vs tokenizer-only ceiling @{size:,}", value, ">=", 70,
+                    f"% ({best.backend if best else '-'} vs {ceiling.rows_per_second:,.0f} rows/s)")
+        )  # fmt: skip
+    return targets
+
+
+def targets_markdown(targets: list[dict[str, Any]]) -> str:
+    """The targets as a Markdown table."""
+    lines = ["| target | measured | required | met |", "|---|---:|---|---|"]
+    for t in targets:
+        met = "n/a" if t["met"] is None else ("yes" if t["met"] else "**NO**")
+        value = "-" if t["value"] is None else f"{t['value']:,.2f}"
+        lines.append(f"| {t['target']} | {value} {t['detail']} | {t['threshold']} | {met} |")
+    return "\n".join(lines)
+
+
+def ceilings_markdown(ceilings: dict[int, Ceiling]) -> str:
+    """Tokenizer-only throughput per size."""
+    lines = [
+        "| rows | best rows/s | tokens/s | 1 thread s | tiktoken threads s | processes s |",
+        "|---:|---:|---:|---:|---:|---:|",
+    ]
+    for size, c in sorted(ceilings.items()):
+        lines.append(
+            f"| {size:,} | {c.rows_per_second:,.0f} | {c.tokens_per_second:,.0f} | "
+            f"{c.single_thread_seconds:.2f} | {c.threads_seconds:.2f} | {c.processes_seconds:.2f} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--sizes", default="1000,32000,200000", help="rows, comma-separated")
+    parser.add_argument("--backends", default=",".join(BACKENDS))
+    parser.add_argument("--reference", default=",".join(REFERENCE_RUNNERS),
+                        help="study runners to re-measure ('' for none)")  # fmt: skip
+    parser.add_argument("--reference-max-rows", default="ray=32000",
+                        help="runner=rows caps, e.g. ray=32000,multiprocessing=200000")  # fmt: skip
+    parser.add_argument("--repetitions", type=int, default=3)
+    parser.add_argument("--workers", type=int, default=0, help="0 = every core")
+    parser.add_argument("--no-warmup", action="store_true")
+    parser.add_argument("--no-ceiling", action="store_true")
+    parser.add_argument("--mid", type=int, default=200_000, help="size of the speed-up targets")
+    parser.add_argument("--big", type=int, default=1_000_000, help="size of the growth targets")
+    parser.add_argument("--small", type=int, default=32_000, help="size of the Ray wall target")
+    parser.add_argument("--data-dir", default=str(DATA_DIR))
+    parser.add_argument("--out", default=str(RESULTS_DIR))
+    parser.add_argument("--catalog", default="", help="also append results to this DuckDB file")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    log = logging.getLogger("compare_study")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+    sizes = sorted(set(_ints(args.sizes)))
+    caps = {k: int(v) for k, v in (x.split("=") for x in _names(args.reference_max_rows))}
+    plan = BenchmarkPlan(
+        sizes=tuple(sizes),
+        backends=tuple(_names(args.backends)),
+        reference_runners=tuple(_names(args.reference)),
+        repetitions=args.repetitions,
+        workers=args.workers,
+        warmup=not args.no_warmup,
+        reference_max_rows=caps,
+        seed=args.seed,
+    )
+    workers = args.workers or (os.cpu_count() or 1)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for size in sizes:
+        log.info(f"corpus of {size:,} rows: {ensure_corpus(args.data_dir, size, args.seed)}")
+    ceilings: dict[int, Ceiling] = {}
+    if not args.no_ceiling:
+        for size in sizes:
+            texts = read_texts(ensure_corpus(args.data_dir, size, args.seed))
+            ceilings[size] = tokenizer_ceiling(texts, workers)
+            log.info(
+                f"tokenizer-only ceiling @{size:,}: {ceilings[size].rows_per_second:,.0f} rows/s"
+            )
+    results = run_benchmark(plan, data_dir=args.data_dir, work_dir=out / f"work-{stamp}", log=log)
+    summaries = summarize(results)
+    machine, commit = machine_info(), git_commit()
+    targets = evaluate_targets(summaries, ceilings, args.mid, args.big, args.small)
+    charts = write_charts(summaries, out / f"compare-{stamp}")
+    report = markdown_report(summaries, machine=machine, commit=commit)
+    report += (
+        "\n### Tokenizer-only ceiling (same rows, same cores)\n\n" + ceilings_markdown(ceilings)
+        + "\n\n### Targets\n\n" + targets_markdown(targets) + "\n\nCharts: "
+        + ", ".join(str(p) for p in charts.values()) + "\n"
+    )  # fmt: skip
+    (out / f"compare-{stamp}.md").write_text(report)
+    payload = {
+        "machine": machine,
+        "git_commit": commit,
+        "plan": {
+            "sizes": sizes,
+            "backends": plan.backends,
+            "reference": plan.reference_runners,
+            "repetitions": plan.repetitions,
+            "workers": workers,
+        },
+        "summaries": [s.median.as_dict() | {"seconds_all": s.seconds_all} for s in summaries],
+        "results": [r.as_dict() for r in results],
+        "ceilings": {str(k): c.as_dict() for k, c in ceilings.items()},
+        "targets": targets,
+    }
+    (out / f"compare-{stamp}.json").write_text(json.dumps(payload, indent=2, default=str))
+    if args.catalog:
+        record_results(Catalog(args.catalog), f"compare-{stamp}", results, commit=commit)
+    print(report)
+    print(f"written: {out / f'compare-{stamp}.md'} and .json")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
