@@ -1,0 +1,120 @@
+"""``benchmark_report``: the study's workload on every compute backend and several data sizes."""
+
+import json
+import shutil
+
+import dagster as dg
+from pydantic import Field
+
+from llm_assets import stages
+from llm_assets.bench.reference import REFERENCE_RUNNERS
+from llm_assets.bench.report import (
+    RESULTS_TABLE,
+    git_commit,
+    image_markdown,
+    machine_info,
+    markdown_report,
+    record_results,
+    winners,
+    write_charts,
+)
+from llm_assets.bench.runner import BenchmarkPlan, Workload, run_benchmark, summarize
+from llm_assets.constants import BENCHMARK_REPORT, CATALOG_POOL
+from llm_assets.warehouse.resource import WarehouseResource
+
+BENCHMARK_GROUP = "benchmark"
+
+
+class BenchmarkConfig(dg.Config):
+    sizes: list[int] = Field(
+        [1_000, 32_000, 200_000], description="Generated corpus sizes in rows (add 1000000 for 1M)"
+    )
+    backends: list[str] = Field(
+        ["in_process", "multiprocess", "ray"],
+        description="Our compute backends to measure: in_process, multiprocess, ray",
+    )
+    repetitions: int = Field(3, description="Measured runs per size and backend (median kept)")
+    workers: int = Field(0, description="Worker processes / Ray CPUs; 0 means every core")
+    include_reference: bool = Field(
+        True, description="Also re-measure the study's own runners on the same rows"
+    )
+    reference_ray_max_rows: int = Field(
+        32_000,
+        description="Largest size for the study's Ray runner (one remote call per row: slow)",
+    )
+    warmup: bool = Field(True, description="One unmeasured warm-up run per runner first")
+    rows_per_shard: int = Field(stages.DEFAULT_ROWS_PER_SHARD, description="Rows per shard")
+    seed: int = Field(0, description="Seed of the generated corpora")
+
+
+@dg.asset(
+    name=BENCHMARK_REPORT,
+    group_name=BENCHMARK_GROUP,
+    kinds={"duckdb", "python"},
+    pool=CATALOG_POOL,
+)
+def benchmark_report(
+    context: dg.AssetExecutionContext, config: BenchmarkConfig, warehouse: WarehouseResource
+) -> dg.MaterializeResult:
+    """How fast, and with how much memory, each compute backend runs the published study's
+    workload (``ascii_lower``, GPT-2, drop < 10 tokens, batches) on this machine, at several sizes
+    of generated data, next to the study's own runners re-measured here; every repetition is
+    appended to the catalog table ``benchmark_results`` (history across runs and commits)."""
+    run_id = context.run.run_id
+    base = warehouse.root_path / BENCHMARK_REPORT
+    run_dir = base / run_id
+    work_dir = run_dir / "work"
+    plan = BenchmarkPlan(
+        sizes=tuple(sorted(set(config.sizes))),
+        backends=tuple(config.backends),
+        reference_runners=REFERENCE_RUNNERS if config.include_reference else (),
+        repetitions=config.repetitions,
+        workers=config.workers,
+        warmup=config.warmup,
+        reference_max_rows={"ray": config.reference_ray_max_rows},
+        seed=config.seed,
+        workload=Workload(rows_per_shard=config.rows_per_shard),
+    )
+    context.log.info(f"benchmark: {len(plan.runs())} configuration(s) x {plan.repetitions} run(s)")
+    try:
+        results = run_benchmark(
+            plan, data_dir=base / "data" / f"seed-{config.seed}", work_dir=work_dir, log=context.log
+        )
+    finally:
+        shutil.rmtree(work_dir, ignore_errors=True)
+    summaries = summarize(results)
+    machine = machine_info()
+    commit = git_commit()
+    catalog = warehouse.catalog()
+    written = record_results(catalog, run_id, results, machine=machine, commit=commit)
+    context.log.info(f"benchmark: {written} result row(s) appended to {RESULTS_TABLE}")
+    charts = write_charts(summaries, run_dir)
+    images = {
+        "Throughput": image_markdown(charts["throughput"], "rows per second vs rows"),
+        "Memory": image_markdown(charts["memory"], "peak PSS vs rows"),
+    }
+    report = markdown_report(summaries, machine=machine, commit=commit)
+    (run_dir / "report.md").write_text(report)
+    best = {str(size): s.backend for size, s in winners(summaries).items()}
+    return dg.MaterializeResult(
+        metadata={
+            "report": dg.MetadataValue.md(report),
+            "throughput_chart": dg.MetadataValue.md(images["Throughput"]),
+            "memory_chart": dg.MetadataValue.md(images["Memory"]),
+            "throughput_chart_path": dg.MetadataValue.path(str(charts["throughput"])),
+            "memory_chart_path": dg.MetadataValue.path(str(charts["memory"])),
+            "winners": dg.MetadataValue.json(best),
+            "results": dg.MetadataValue.json(
+                [s.median.as_dict() | {"repetitions": s.repetitions} for s in summaries]
+            ),
+            "rows_recorded": written,
+            "git_commit": commit or "unknown",
+            "machine": dg.MetadataValue.json(machine),
+            "query": dg.MetadataValue.md(
+                f"```sql\n-- duckdb {catalog.path}\nSELECT benchmark_run_id, git_commit, size, "
+                f"runner, backend, median(seconds), median(rows_per_second), "
+                f"max(peak_total_pss_mb)\nFROM {RESULTS_TABLE} GROUP BY ALL ORDER BY ALL;\n```"
+            ),
+            "config": dg.MetadataValue.json(json.loads(config.model_dump_json())),
+        }
+    )
