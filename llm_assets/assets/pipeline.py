@@ -1,0 +1,278 @@
+"""The five pipeline assets: thin wrappers that read config and call :mod:`llm_assets.stages`."""
+
+
+from typing import Any, Literal
+
+import dagster as dg
+from pydantic import Field
+
+from llm_assets import stages
+from llm_assets.assets.reporting import materialize_result
+from llm_assets.compute.resource import ComputeResource
+from llm_assets.constants import (
+    CATALOG_POOL,
+    DEFAULT_INPUT_DIR,
+    FILTERED_DOCUMENTS,
+    GROUP_NAME,
+    NORMALIZED_DOCUMENTS,
+    RAW_DOCUMENTS,
+    ROWS_REJECTED_CHECK,
+    STAGE_CODE_VERSIONS,
+    TOKENIZED_DOCUMENTS,
+    TRAINING_BATCHES,
+)
+from llm_assets.lib.batching import BatchSpec
+from llm_assets.lib.filters import FilterSpec, LabelSpec, LengthFilterSpec
+from llm_assets.lib.ingest import IngestSpec
+from llm_assets.lib.normalize import NormalizeSpec
+from llm_assets.lib.tokenization import GPT2, TokenizerSpec
+from llm_assets.warehouse.resource import WarehouseResource
+
+
+class RawDocumentsConfig(dg.Config):
+    input_dir: str = Field(
+        DEFAULT_INPUT_DIR, description="Folder of input files (read recursively)"
+    )
+    text_field: str = Field("text", description="Field or column that holds the text")
+    rows_per_shard: int = Field(
+        stages.DEFAULT_ROWS_PER_SHARD, description="Lines per shard when a JSONL file is split"
+    )
+    csv_delimiter: str = ","
+
+
+class NormalizeConfig(dg.Config):
+    preset: Literal["default", "ascii_lower", "none"] = Field(
+        "default", description="default keeps meaning; ascii_lower is the published study's rule"
+    )
+    unicode_form: Literal["NFC", "NFKC"] = "NFC"
+    strip_html: bool = False
+
+
+class TokenizeConfig(dg.Config):
+    tokenizer: str = Field(
+        GPT2, description="'gpt2' (offline) or a path to tokenizer.json / an HF tokenizer folder"
+    )
+    engine: Literal["auto", "tiktoken", "hf"] = "auto"
+    threads: int = Field(1, description="Tokenizer threads inside each worker")
+    prompt_template: str | None = Field(
+        None,
+        description="SFT: format template over the record's fields, tokenized before the text "
+        "(the response); its tokens are masked out of the labels",
+    )
+
+
+class FilterConfig(dg.Config):
+    min_tokens: int = Field(10, description="Drop documents with fewer tokens (study: 10)")
+    max_tokens: int | None = Field(None, description="Drop documents with more tokens")
+    label_field: str | None = Field(
+        None, description="Record field to carry as the class label (e.g. rating)"
+    )
+    label_mapping: dict[str, str] | None = Field(
+        None, description="Map label values, e.g. {'1': 'negative', '5': 'positive'}"
+    )
+
+
+class BatchesConfig(dg.Config):
+    layout: Literal["packed", "padded", "bucketed"] = Field(
+        "packed",
+        description="packed: EOS-joined fixed blocks, padding-free; padded: one document per "
+        "sequence with attention mask and labels; bucketed: padded within length buckets",
+    )
+    seq_len: int = Field(1024, description="Tokens per sequence (the maximum for padded layouts)")
+    seed: int = Field(0, description="Seed of the shuffle, the split and the batch order")
+    validation_fraction: float = Field(0.05, description="Share of documents in validation")
+    shuffle_buckets: int = Field(8, description="Minimum number of shuffle buckets (files/split)")
+    drop_remainder: bool = Field(False, description="packed: drop the last partial block")
+    overflow: Literal["split", "truncate"] = Field(
+        "split", description="packed: long documents continue in the next block, or are cut"
+    )
+    pad_to: Literal["seq_len", "longest"] = Field(
+        "seq_len", description="padded: pad to seq_len or to the longest of each batch"
+    )
+    batch_size: int = Field(8, description="Sequences per batch (pad_to=longest, bucketed)")
+    bucket_boundaries: list[int] | None = Field(
+        None, description="bucketed: upper token bounds of the length buckets (default: derived)"
+    )
+    length_buckets: int = Field(16, description="bucketed: buckets derived from the lengths")
+    zstd_level: int = Field(3, description="ZSTD level of the batch files (1-22)")
+
+
+def _check(asset: str) -> list[dg.AssetCheckSpec]:
+    return [
+        dg.AssetCheckSpec(
+            ROWS_REJECTED_CHECK,
+            asset=asset,
+            description="rows in = rows out + rows rejected, and rows in = upstream rows out",
+        )
+    ]
+
+
+def _context(
+    context: dg.AssetExecutionContext, compute: ComputeResource, warehouse: WarehouseResource
+) -> stages.StageContext:
+    return stages.StageContext(
+        warehouse_root=warehouse.root_path,
+        catalog=warehouse.catalog(),
+        compute=compute,
+        log=context.log,
+        run_id=context.run.run_id,
+        backend=compute.backend,
+    )
+
+
+def _asset_kwargs(name: str) -> dict[str, Any]:
+    return {
+        "group_name": GROUP_NAME,
+        "kinds": {"parquet", "duckdb"},
+        "code_version": STAGE_CODE_VERSIONS[name],
+        "pool": CATALOG_POOL,
+        "check_specs": _check(name),
+    }
+
+
+def validate_run_config(run_config: dict[str, Any]) -> None:
+    """Fail at the first step, before any work, when a later step's config is inconsistent."""
+    ops = run_config.get("ops", {}) if run_config else {}
+    filter_config = ops.get(FILTERED_DOCUMENTS, {}).get("config", {})
+    if filter_config:
+        filter_spec(FilterConfig(**filter_config))
+    batch_config = ops.get(TRAINING_BATCHES, {}).get("config", {})
+    if batch_config:
+        _batch_spec(BatchesConfig(**batch_config))
+
+
+def filter_spec(config: FilterConfig) -> FilterSpec:
+    """The filter chain of ``filtered_documents`` from its run config."""
+    label = None
+    if config.label_field:
+        label = LabelSpec(
+            field=config.label_field, mapping=tuple(sorted((config.label_mapping or {}).items()))
+        )
+    elif config.label_mapping:
+        raise ValueError("label_mapping is set but label_field is not: name the field to map")
+    return FilterSpec(
+        length=LengthFilterSpec(min_tokens=config.min_tokens, max_tokens=config.max_tokens),
+        label=label,
+    )
+
+
+def _batch_spec(config: BatchesConfig) -> BatchSpec:
+    return BatchSpec(
+        layout=config.layout,
+        seq_len=config.seq_len,
+        seed=config.seed,
+        validation_fraction=config.validation_fraction,
+        shuffle_buckets=config.shuffle_buckets,
+        drop_remainder=config.drop_remainder,
+        overflow=config.overflow,
+        pad_to=config.pad_to,
+        batch_size=config.batch_size,
+        bucket_boundaries=tuple(config.bucket_boundaries) if config.bucket_boundaries else None,
+        length_buckets=config.length_buckets,
+    )
+
+
+@dg.asset(name=RAW_DOCUMENTS, **_asset_kwargs(RAW_DOCUMENTS))
+def raw_documents(
+    context: dg.AssetExecutionContext,
+    config: RawDocumentsConfig,
+    compute: ComputeResource,
+    warehouse: WarehouseResource,
+) -> dg.MaterializeResult:
+    """Every input file (JSONL, JSONL.gz/.zst, Parquet, CSV, TXT) as one row per document, with a
+    stable ``doc_id`` and its source file and line; unreadable records are rejects with a reason."""
+    validate_run_config(context.run.run_config)
+    spec = IngestSpec(text_field=config.text_field, csv_delimiter=config.csv_delimiter)
+    ctx = _context(context, compute, warehouse)
+    report = stages.run_raw_documents(ctx, config.input_dir, spec, config.rows_per_shard)
+    return materialize_result(report, ctx.catalog, None)
+
+
+@dg.asset(name=NORMALIZED_DOCUMENTS, deps=[RAW_DOCUMENTS], **_asset_kwargs(NORMALIZED_DOCUMENTS))
+def normalized_documents(
+    context: dg.AssetExecutionContext,
+    config: NormalizeConfig,
+    compute: ComputeResource,
+    warehouse: WarehouseResource,
+) -> dg.MaterializeResult:
+    """The documents' text after a named normalization preset."""
+    spec = NormalizeSpec(
+        preset=config.preset, unicode_form=config.unicode_form, strip_html=config.strip_html
+    )
+    ctx = _context(context, compute, warehouse)
+    report = stages.run_normalized_documents(ctx, spec)
+    return materialize_result(report, ctx.catalog, RAW_DOCUMENTS, preset=config.preset)
+
+
+@dg.asset(
+    name=TOKENIZED_DOCUMENTS, deps=[NORMALIZED_DOCUMENTS], **_asset_kwargs(TOKENIZED_DOCUMENTS)
+)
+def tokenized_documents(
+    context: dg.AssetExecutionContext,
+    config: TokenizeConfig,
+    compute: ComputeResource,
+    warehouse: WarehouseResource,
+) -> dg.MaterializeResult:
+    """Token ids (all of them, no truncation) and counts, with the tokenizer's name and
+    vocabulary fingerprint in every shard's footer."""
+    spec = TokenizerSpec(
+        name=config.tokenizer,
+        engine=config.engine,
+        threads=config.threads,
+        prompt_template=config.prompt_template,
+    )
+    ctx = _context(context, compute, warehouse)
+    report = stages.run_tokenized_documents(ctx, spec)
+    return materialize_result(
+        report,
+        ctx.catalog,
+        NORMALIZED_DOCUMENTS,
+        tokens_per_second=round(report.extra.get("tokens", 0) / max(report.seconds, 1e-9), 1),
+    )
+
+
+@dg.asset(name=FILTERED_DOCUMENTS, deps=[TOKENIZED_DOCUMENTS], **_asset_kwargs(FILTERED_DOCUMENTS))
+def filtered_documents(
+    context: dg.AssetExecutionContext,
+    config: FilterConfig,
+    compute: ComputeResource,
+    warehouse: WarehouseResource,
+) -> dg.MaterializeResult:
+    """The documents that pass every filter; each dropped one is a reject with reason and value."""
+    spec = filter_spec(config)
+    ctx = _context(context, compute, warehouse)
+    report = stages.run_filtered_documents(ctx, spec)
+    return materialize_result(report, ctx.catalog, TOKENIZED_DOCUMENTS)
+
+
+@dg.asset(name=TRAINING_BATCHES, deps=[FILTERED_DOCUMENTS], **_asset_kwargs(TRAINING_BATCHES))
+def training_batches(
+    context: dg.AssetExecutionContext,
+    config: BatchesConfig,
+    compute: ComputeResource,
+    warehouse: WarehouseResource,
+) -> dg.MaterializeResult:
+    """Shuffled (seeded), split into train/validation by document, and packed (padding-free) or
+    padded into fixed-length sequences; ZSTD Parquet with the tokenizer and layout in its schema
+    metadata."""
+    ctx = _context(context, compute, warehouse)
+    report = stages.run_training_batches(ctx, _batch_spec(config), config.zstd_level)
+    tokens = report.extra.get("tokens", 0)
+    padding = report.extra.get("padding_tokens", 0)
+    return materialize_result(
+        report,
+        ctx.catalog,
+        FILTERED_DOCUMENTS,
+        layout=config.layout,
+        seq_len=config.seq_len,
+        padding_fraction=round(padding / max(tokens + padding, 1), 6),
+    )
+
+
+PIPELINE_ASSET_DEFS = [
+    raw_documents,
+    normalized_documents,
+    tokenized_documents,
+    filtered_documents,
+    training_batches,
+]

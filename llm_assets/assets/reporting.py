@@ -1,0 +1,126 @@
+"""Turn a stage report into what the Dagster UI shows: metadata, a sample table, check results."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import pyarrow.parquet as pq
+
+from llm_assets.constants import ROWS_REJECTED_CHECK, TRAINING_BATCHES
+from llm_assets.stages import StageReport
+from llm_assets.warehouse.catalog import Catalog
+
+_SAMPLE_ROWS = 5
+_CELL_CHARS = 80
+_LIST_ITEMS = 12
+
+
+def _cell(value: Any) -> str:
+    """A short, Markdown-safe rendering of one value."""
+    if isinstance(value, list):
+        head = ", ".join(str(v) for v in value[:_LIST_ITEMS])
+        text = f"[{head}{', …' if len(value) > _LIST_ITEMS else ''}] ({len(value)})"
+    else:
+        text = "" if value is None else str(value)
+    text = text.replace("\n", " ").replace("|", "\\|")
+    return text if len(text) <= _CELL_CHARS else text[: _CELL_CHARS - 1] + "…"
+
+
+def sample_markdown(report: StageReport, rows: int = _SAMPLE_ROWS) -> str:
+    """The first rows of the first non-empty shard as a Markdown table."""
+    for shard in report.shards:
+        if shard.rows_out:
+            table = pq.ParquetFile(shard.path).read_row_group(0).slice(0, rows)
+            header = "| " + " | ".join(table.column_names) + " |"
+            rule = "|" + "---|" * table.num_columns
+            lines = [
+                "| " + " | ".join(_cell(v) for v in row.values()) + " |"
+                for row in table.to_pylist()
+            ]
+            return "\n".join([header, rule, *lines])
+    return "_no rows_"
+
+
+def reasons_markdown(reasons: dict[str, int]) -> str:
+    """Reject counts per reason as a Markdown table."""
+    if not reasons:
+        return "_no rejects_"
+    lines = ["| reason | rows |", "|---|---|"]
+    lines += [f"| {reason} | {count} |" for reason, count in reasons.items()]
+    return "\n".join(lines)
+
+
+def reconcile_check(
+    report: StageReport, catalog: Catalog, upstream: str | None
+) -> dg.AssetCheckResult:
+    """Rows in = rows out + rows rejected, counted from the Parquet footers on disk (not from the
+    counters the run kept), and rows in = the upstream asset's rows out."""
+    files_out = sum(
+        pq.read_metadata(s.path).num_rows for s in report.shards if Path(s.path).exists()
+    )
+    files_rejected = sum(
+        pq.read_metadata(s.rejects_path).num_rows
+        for s in report.shards
+        if s.rejects_path and Path(s.rejects_path).exists()
+    )
+    rows_in = report.rows_in
+    problems = []
+    if report.asset == TRAINING_BATCHES:
+        # Batches turn documents into sequences: documents in must equal the documents upstream.
+        if files_out != report.rows_out:
+            problems.append(f"sequence files hold {files_out} rows, catalog says {report.rows_out}")
+    elif rows_in != files_out + files_rejected:
+        problems.append(f"rows in {rows_in} != out {files_out} + rejected {files_rejected}")
+    upstream_out = None
+    if upstream is not None:
+        upstream_out = sum(s.rows_out for s in catalog.current_shards(upstream))
+        if upstream_out != rows_in:
+            problems.append(f"rows in {rows_in} != {upstream} rows out {upstream_out}")
+    return dg.AssetCheckResult(
+        check_name=ROWS_REJECTED_CHECK,
+        passed=not problems,
+        metadata={
+            "rows_in": rows_in,
+            "rows_out_in_files": files_out,
+            "rows_rejected_in_files": files_rejected,
+            "upstream_rows_out": upstream_out if upstream_out is not None else -1,
+            "problems": "; ".join(problems) or "none",
+        },
+    )
+
+
+def materialize_result(
+    report: StageReport, catalog: Catalog, upstream: str | None, **extra: Any
+) -> dg.MaterializeResult:
+    """Metadata for the UI: counts, throughput, reject reasons, a sample, where to query it."""
+    seconds = max(report.seconds, 1e-9)
+    metadata: dict[str, Any] = {
+        "dagster/row_count": report.rows_out,
+        "rows_in": report.rows_in,
+        "rows_out": report.rows_out,
+        "rows_rejected": report.rows_rejected,
+        "shards": len(report.shards),
+        "shards_computed": report.computed,
+        "shards_reused": report.skipped,
+        "seconds": round(report.seconds, 3),
+        "rows_per_second": round(report.rows_in / seconds, 1),
+        "reject_reasons": dg.MetadataValue.md(reasons_markdown(report.reject_reasons)),
+        "sample": dg.MetadataValue.md(sample_markdown(report)),
+        "folder": dg.MetadataValue.path(report.folder),
+        "fingerprint": report.fingerprint,
+        "query": dg.MetadataValue.md(
+            f"```sql\n-- duckdb {catalog.path}\nSELECT * FROM {report.asset} LIMIT 10;\n"
+            f"SELECT reason, count(*) FROM {report.asset}_rejects GROUP BY reason;\n```"
+        ),
+    }
+    for key, value in {**report.extra, **extra}.items():
+        if isinstance(value, float):
+            value = round(value, 6)
+        elif isinstance(value, (dict, list)):
+            value = dg.MetadataValue.json(value)
+        metadata[key] = value
+    return dg.MaterializeResult(
+        metadata=metadata, check_results=[reconcile_check(report, catalog, upstream)]
+    )

@@ -1,0 +1,35 @@
+"""The one ``dg.Definitions`` of the project: assets, checks, jobs and resources."""
+
+from __future__ import annotations
+
+import dagster as dg
+
+from llm_assets.assets.benchmark import benchmark_report
+from llm_assets.assets.pipeline import PIPELINE_ASSET_DEFS
+from llm_assets.compute.resource import ComputeResource
+from llm_assets.constants import BENCHMARK_JOB, BENCHMARK_REPORT, PIPELINE_ASSETS, PIPELINE_JOB
+from llm_assets.warehouse.resource import WarehouseResource
+
+# The pipeline runs its steps in one process: parallelism lives in the compute backend, and a
+# process per step would pay imports (and a Ray start) once per step.
+llm_pipeline = dg.define_asset_job(
+    PIPELINE_JOB,
+    selection=dg.AssetSelection.assets(*PIPELINE_ASSETS),
+    executor_def=dg.in_process_executor,
+    description="raw -> normalized -> tokenized -> filtered -> training batches",
+)
+
+# The benchmark starts its own workers and local Rays: one process, nothing else running beside it.
+benchmark = dg.define_asset_job(
+    BENCHMARK_JOB,
+    selection=dg.AssetSelection.assets(BENCHMARK_REPORT),
+    executor_def=dg.in_process_executor,
+    description="the study's workload on every compute backend and several data sizes",
+)
+
+defs = dg.Definitions(
+    assets=[*PIPELINE_ASSET_DEFS, benchmark_report],
+    jobs=[llm_pipeline, benchmark],
+    resources={"compute": ComputeResource(), "warehouse": WarehouseResource()},
+    executor=dg.in_process_executor,
+)

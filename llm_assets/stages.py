@@ -1,0 +1,657 @@
+"""Driver side of every stage: plan the shards, skip the finished ones, run the rest, record.
+
+This is what a Dagster asset calls (and what the benchmarks call, so they measure the assets' own
+code). It knows the warehouse and a compute backend, not Dagster. Each ``run_*`` function returns
+a :class:`StageReport` the asset turns into metadata.
+
+Restart rule: a planned shard is skipped when its output file exists and its footer names the same
+input fingerprint; the folder it lives in is named by the stage fingerprint (config + code
+version). So a killed run, run again, computes only what is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from llm_assets.compute.base import Logger, OnResult
+from llm_assets.constants import (
+    FILTERED_DOCUMENTS,
+    NORMALIZED_DOCUMENTS,
+    RAW_DOCUMENTS,
+    STAGE_CODE_VERSIONS,
+    TOKENIZED_DOCUMENTS,
+    TRAINING_BATCHES,
+)
+from llm_assets.lib.batching import (
+    BatchSpec,
+    batch_schema_metadata,
+    derive_boundaries,
+    length_histogram,
+)
+from llm_assets.lib.filters import FilterSpec, filter_table
+from llm_assets.lib.ingest import IngestSpec, detect_format
+from llm_assets.lib.normalize import NormalizeSpec, normalize_table
+from llm_assets.lib.schema import INPUT_IDS
+from llm_assets.lib.tokenization import TokenizerSpec, tokenize_table
+from llm_assets.tasks import (
+    SPLITS,
+    GatherTask,
+    IngestTask,
+    MapTask,
+    ScatterTask,
+    ShardStats,
+    carried_metadata,
+    run_gather,
+    run_ingest,
+    run_map,
+    run_scatter,
+    scatter_done,
+)
+from llm_assets.warehouse.catalog import Catalog, ShardRecord
+from llm_assets.warehouse.shards import (
+    INPUT_FINGERPRINT,
+    ROWS_IN,
+    ROWS_REJECTED,
+    STATS,
+    completed_input_fingerprint,
+    file_sha256,
+    fingerprint,
+    read_footer_metadata,
+    remove_stale_temporaries,
+    shard_file_name,
+    stage_dir,
+)
+
+TOKENIZER_META = "llm_assets.tokenizer."
+DEFAULT_ROWS_PER_SHARD = 10_000
+SHUFFLE_BUCKET_BYTES = 256 * 1024 * 1024
+"""Target size of one shuffle bucket: bounds the memory of one gather task."""
+
+
+class Runner(Protocol):
+    """What stages need from compute: a backend or the Dagster compute resource."""
+
+    def run(
+        self, fn: Callable[[Any], Any], tasks: Sequence[Any], on_result: OnResult | None = ...
+    ) -> list[Any]: ...
+
+
+class StageInputError(ValueError):
+    """Bad input or config found before any work starts; the message names the file or field."""
+
+
+@dataclass
+class StageContext:
+    """Everything a stage needs besides its own config."""
+
+    warehouse_root: Path
+    catalog: Catalog
+    compute: Runner
+    log: Logger
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    backend: str = "in_process"
+
+
+@dataclass
+class StageReport:
+    """The outcome of one stage, for asset metadata and the benchmark."""
+
+    asset: str
+    fingerprint: str
+    folder: str
+    shards: list[ShardRecord]
+    computed: int
+    skipped: int
+    seconds: float
+    reject_reasons: dict[str, int] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def rows_in(self) -> int:
+        return sum(s.rows_in for s in self.shards)
+
+    @property
+    def rows_out(self) -> int:
+        return sum(s.rows_out for s in self.shards)
+
+    @property
+    def rows_rejected(self) -> int:
+        return sum(s.rows_rejected for s in self.shards)
+
+
+@dataclass(frozen=True)
+class _Planned:
+    shard: str
+    output_path: str
+    rejects_path: str | None
+    input_fingerprint: str
+    input_shards: tuple[str, ...]
+    task: Any
+
+
+def _spec_config(spec: Any) -> dict[str, Any]:
+    return asdict(spec) if hasattr(spec, "__dataclass_fields__") else dict(spec)
+
+
+def _execute(
+    ctx: StageContext,
+    *,
+    asset: str,
+    stage_fp: str,
+    folder: Path,
+    config: dict[str, Any],
+    planned: Sequence[_Planned],
+    fn: Callable[[Any], ShardStats],
+    extra: dict[str, Any] | None = None,
+) -> StageReport:
+    """Skip finished shards, run the rest on the backend, record everything in the catalog."""
+    started = time.time()
+    code_version = STAGE_CODE_VERSIONS[asset]
+    config_json = _json(config)
+    remove_stale_temporaries(folder)
+    known = {
+        (r.shard, r.input_fingerprint): r for r in _catalog_shards(ctx.catalog, asset, stage_fp)
+    }
+    records: dict[int, ShardRecord] = {}
+    todo: list[int] = []
+    for i, plan in enumerate(planned):
+        if completed_input_fingerprint(plan.output_path) == plan.input_fingerprint:
+            records[i] = known.get((plan.shard, plan.input_fingerprint)) or _record_from_footer(
+                asset, stage_fp, plan, config_json, code_version, ctx.run_id
+            )
+        else:
+            todo.append(i)
+    if records:
+        ctx.log.info(f"{asset}: {len(records)} of {len(planned)} shard(s) already complete, reused")
+    ctx.log.info(f"{asset}: computing {len(todo)} shard(s) on {ctx.backend}")
+    done = 0
+
+    def on_result(j: int, stats: ShardStats) -> None:
+        nonlocal done
+        plan = planned[todo[j]]
+        record = ShardRecord(
+            asset=asset,
+            fingerprint=stage_fp,
+            shard=plan.shard,
+            path=stats.path,
+            rejects_path=stats.rejects_path,
+            rows_in=stats.rows_in,
+            rows_out=stats.rows_out,
+            rows_rejected=stats.rows_rejected,
+            bytes=stats.bytes,
+            checksum=stats.checksum,
+            input_fingerprint=plan.input_fingerprint,
+            input_shards=plan.input_shards,
+            config=config_json,
+            code_version=code_version,
+            run_id=ctx.run_id,
+            seconds=stats.seconds,
+        )
+        records[todo[j]] = record
+        ctx.catalog.record_shards([record])
+        done += 1
+        ctx.log.info(
+            f"{asset}: shard {plan.shard} done ({done}/{len(todo)}): {stats.rows_in} in, "
+            f"{stats.rows_out} out, {stats.rows_rejected} rejected, {stats.seconds:.2f} s"
+        )
+
+    ctx.compute.run(fn, [planned[i].task for i in todo], on_result)
+    ordered = [records[i] for i in range(len(planned))]
+    report = StageReport(
+        asset=asset,
+        fingerprint=stage_fp,
+        folder=str(folder),
+        shards=ordered,
+        computed=len(todo),
+        skipped=len(planned) - len(todo),
+        seconds=0.0,
+        extra=dict(extra or {}),
+    )
+    for record in ordered:
+        for key, value in shard_stats(record.path).items():
+            report.extra[key] = report.extra.get(key, 0) + value
+    finished = time.time()
+    report.seconds = finished - started
+    ctx.catalog.record_materialization(
+        materialization_id=f"{ctx.run_id}:{asset}",
+        asset=asset,
+        fingerprint=stage_fp,
+        run_id=ctx.run_id,
+        backend=ctx.backend,
+        config=config,
+        code_version=code_version,
+        started_at=started,
+        finished_at=finished,
+        shards=ordered,
+        shards_skipped=report.skipped,
+        extra=report.extra,
+    )
+    report.reject_reasons = reject_reason_counts(ctx.catalog, asset)
+    ctx.log.info(
+        f"{asset}: {report.rows_in} rows in, {report.rows_out} out, {report.rows_rejected} "
+        f"rejected in {report.seconds:.2f} s"
+    )
+    return report
+
+
+def shard_stats(path: str) -> dict[str, int | float]:
+    """The additive statistics a shard wrote into its footer (empty for most stages)."""
+    raw = read_footer_metadata(path).get(STATS)
+    return json.loads(raw) if raw else {}
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def _catalog_shards(catalog: Catalog, asset: str, stage_fp: str) -> list[ShardRecord]:
+    """Every shard the catalog knows in this stage folder (to reuse records of skipped shards)."""
+    if not catalog.path.exists():
+        return []
+    return [r for r in catalog.current_shards(asset) if r.fingerprint == stage_fp]
+
+
+def _record_from_footer(
+    asset: str, stage_fp: str, plan: _Planned, config_json: str, code_version: str, run_id: str
+) -> ShardRecord:
+    """Rebuild a shard's catalog row from the file itself (the catalog may have missed it when a
+    run was killed between writing the shard and recording it)."""
+    meta = read_footer_metadata(plan.output_path)
+    rows_out = pq.read_metadata(plan.output_path).num_rows
+    return ShardRecord(
+        asset=asset,
+        fingerprint=stage_fp,
+        shard=plan.shard,
+        path=plan.output_path,
+        rejects_path=plan.rejects_path,
+        rows_in=int(meta.get(ROWS_IN, rows_out)),
+        rows_out=rows_out,
+        rows_rejected=int(meta.get(ROWS_REJECTED, 0)),
+        bytes=os.path.getsize(plan.output_path),
+        checksum=file_sha256(plan.output_path),
+        input_fingerprint=meta[INPUT_FINGERPRINT],
+        input_shards=plan.input_shards,
+        config=config_json,
+        code_version=code_version,
+        run_id=run_id,
+    )
+
+
+def reject_reason_counts(catalog: Catalog, asset: str) -> dict[str, int]:
+    """Rejects per reason over the asset's current shards (SQL over the rejects view)."""
+    rows = catalog.query(
+        f"SELECT reason, count(*) FROM {asset}_rejects GROUP BY reason ORDER BY 2 DESC, 1"
+    )
+    return {reason: int(n) for reason, n in rows}
+
+
+def _upstream(ctx: StageContext, asset: str) -> list[ShardRecord]:
+    shards = ctx.catalog.current_shards(asset)
+    if not shards:
+        raise StageInputError(
+            f"{asset} has no shards in the catalog {ctx.catalog.path}: materialize it first"
+        )
+    missing = [s.path for s in shards if not Path(s.path).exists()]
+    if missing:
+        raise StageInputError(
+            f"{asset} shard file(s) recorded in the catalog are gone: {missing[:3]}; "
+            f"materialize {asset} again"
+        )
+    return shards
+
+
+# --- raw_documents --------------------------------------------------------------------------------
+def _safe_name(source_file: str) -> str:
+    """A file-name-safe, readable shard prefix for an input file (plus a hash: no collisions)."""
+    readable = re.sub(r"[^A-Za-z0-9._-]+", "_", source_file)[-60:]
+    return f"{readable}-{fingerprint(source_file)[:6]}"
+
+
+def list_input_files(input_dir: str | Path) -> list[tuple[Path, str]]:
+    """Every input file under ``input_dir`` as (path, relative posix name), sorted by name.
+
+    Hidden files and folders (``.``-prefixed) are ignored. An unsupported or unreadable file fails
+    here, before any work starts, with its name in the message.
+    """
+    root = Path(input_dir)
+    if not root.is_dir():
+        raise StageInputError(f"input folder {str(root)!r} does not exist or is not a folder")
+    files = []
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root).as_posix()
+        if any(part.startswith(".") for part in path.relative_to(root).parts) or path.is_dir():
+            continue
+        try:
+            detect_format(str(path))
+        except ValueError as exc:
+            raise StageInputError(str(exc)) from exc
+        if not os.access(path, os.R_OK):
+            raise StageInputError(f"input file {str(path)!r} is not readable")
+        files.append((path, rel))
+    if not files:
+        raise StageInputError(f"input folder {str(root)!r} holds no input files")
+    return files
+
+
+def line_ranges(path: Path, rows_per_shard: int) -> list[tuple[int, int, int]]:
+    """Split a plain JSONL file into (start byte, end byte, first line) ranges of at most
+    ``rows_per_shard`` lines, cut at line ends. Counting newlines streams at disk speed."""
+    ranges: list[tuple[int, int, int]] = []
+    start, line_in_range, offset, first_line = 0, 0, 0, 1
+    with open(path, "rb") as handle:
+        while block := handle.read(1 << 22):
+            pos = 0
+            while True:
+                needed = rows_per_shard - line_in_range
+                idx = pos - 1
+                for _ in range(needed):
+                    idx = block.find(b"\n", idx + 1)
+                    if idx < 0:
+                        break
+                if idx < 0:
+                    line_in_range += block.count(b"\n", pos)
+                    break
+                end = offset + idx + 1
+                ranges.append((start, end, first_line))
+                first_line += rows_per_shard
+                start, line_in_range, pos = end, 0, idx + 1
+            offset += len(block)
+    if offset > start:
+        ranges.append((start, offset, first_line))
+    return ranges or [(0, 0, 1)]
+
+
+def run_raw_documents(
+    ctx: StageContext, input_dir: str | Path, spec: IngestSpec, rows_per_shard: int
+) -> StageReport:
+    """Ingest every input file into raw shards (big plain JSONL files split by line ranges)."""
+    if rows_per_shard < 1:
+        raise StageInputError(f"rows_per_shard must be >= 1, got {rows_per_shard}")
+    asset = RAW_DOCUMENTS
+    config = {"input_dir": str(input_dir), "rows_per_shard": rows_per_shard, **asdict(spec)}
+    stage_fp = fingerprint(
+        asset, STAGE_CODE_VERSIONS[asset], {**asdict(spec), "rows": rows_per_shard}
+    )
+    folder = stage_dir(ctx.warehouse_root, asset, stage_fp)
+    planned: list[_Planned] = []
+    for path, rel in list_input_files(input_dir):
+        stat = path.stat()
+        is_plain_jsonl = detect_format(str(path)) == "jsonl"
+        ranges = line_ranges(path, rows_per_shard) if is_plain_jsonl else [None]
+        for chunk, line_range in enumerate(ranges):
+            shard = f"{_safe_name(rel)}-{chunk:05d}"
+            byte_range = (line_range[0], line_range[1]) if line_range else None
+            input_fp = fingerprint(rel, stat.st_size, stat.st_mtime_ns, byte_range)
+            out = str(folder / shard_file_name(shard))
+            rej = str(folder / "rejects" / shard_file_name(shard))
+            task = IngestTask(
+                key=shard,
+                path=str(path.resolve()),
+                source_file=rel,
+                spec=spec,
+                output_path=out,
+                rejects_path=rej,
+                input_fingerprint=input_fp,
+                byte_range=byte_range,
+                first_line=line_range[2] if line_range else 1,
+            )
+            planned.append(_Planned(shard, out, rej, input_fp, (str(path.resolve()),), task))
+    ctx.log.info(f"{asset}: {len(planned)} shard(s) planned from {input_dir}")
+    return _execute(
+        ctx,
+        asset=asset,
+        stage_fp=stage_fp,
+        folder=folder,
+        config=config,
+        planned=planned,
+        fn=run_ingest,
+    )
+
+
+# --- normalize / tokenize / filter ----------------------------------------------------------------
+def _run_map_stage(
+    ctx: StageContext,
+    *,
+    asset: str,
+    upstream: str,
+    kernel: Callable[[Any, Any], Any],
+    spec: Any,
+    config: dict[str, Any],
+    metadata: dict[str, str] | None = None,
+) -> StageReport:
+    stage_fp = fingerprint(asset, STAGE_CODE_VERSIONS[asset], config)
+    folder = stage_dir(ctx.warehouse_root, asset, stage_fp)
+    planned = []
+    for source in _upstream(ctx, upstream):
+        input_fp = fingerprint(source.checksum)
+        out = str(folder / shard_file_name(source.shard))
+        rej = str(folder / "rejects" / shard_file_name(source.shard))
+        task = MapTask(
+            key=source.shard,
+            input_path=source.path,
+            output_path=out,
+            rejects_path=rej,
+            input_fingerprint=input_fp,
+            kernel=kernel,
+            spec=spec,
+            metadata=tuple(sorted((metadata or {}).items())),
+        )
+        planned.append(_Planned(source.shard, out, rej, input_fp, (source.path,), task))
+    return _execute(
+        ctx,
+        asset=asset,
+        stage_fp=stage_fp,
+        folder=folder,
+        config=config,
+        planned=planned,
+        fn=run_map,
+    )
+
+
+def run_normalized_documents(ctx: StageContext, spec: NormalizeSpec) -> StageReport:
+    """Normalize the text of every raw shard."""
+    return _run_map_stage(
+        ctx,
+        asset=NORMALIZED_DOCUMENTS,
+        upstream=RAW_DOCUMENTS,
+        kernel=normalize_table,
+        spec=spec,
+        config=asdict(spec),
+    )
+
+
+def tokenizer_metadata(spec: TokenizerSpec) -> dict[str, str]:
+    """The tokenizer's identity, stored in every shard footer from tokenization onwards."""
+    tok = spec.build()
+    return {
+        f"{TOKENIZER_META}name": tok.name,
+        f"{TOKENIZER_META}engine": tok.engine,
+        f"{TOKENIZER_META}fingerprint": tok.fingerprint,
+        f"{TOKENIZER_META}vocab_size": str(tok.vocab_size),
+        f"{TOKENIZER_META}eos_id": "" if tok.eos_id is None else str(tok.eos_id),
+        f"{TOKENIZER_META}pad_id": str(tok.pad_id),
+    }
+
+
+def run_tokenized_documents(ctx: StageContext, spec: TokenizerSpec) -> StageReport:
+    """Tokenize every normalized shard; the tokenizer's name and fingerprint go in the footer."""
+    meta = tokenizer_metadata(spec)
+    # The fingerprint of the vocabulary, not only its name, decides whether shards are reused.
+    config = {**asdict(spec), "tokenizer_fingerprint": meta[f"{TOKENIZER_META}fingerprint"]}
+    config.pop("threads", None)
+    report = _run_map_stage(
+        ctx,
+        asset=TOKENIZED_DOCUMENTS,
+        upstream=NORMALIZED_DOCUMENTS,
+        kernel=tokenize_table,
+        spec=spec,
+        config=config,
+        metadata=meta,
+    )
+    report.extra["tokens"] = int(
+        ctx.catalog.query(f"SELECT coalesce(sum(n_tokens), 0) FROM {TOKENIZED_DOCUMENTS}")[0][0]
+    )
+    report.extra["tokenizer"] = meta[f"{TOKENIZER_META}name"]
+    report.extra["tokenizer_fingerprint"] = meta[f"{TOKENIZER_META}fingerprint"]
+    return report
+
+
+def run_filtered_documents(ctx: StageContext, spec: FilterSpec) -> StageReport:
+    """Apply the document filters to every tokenized shard."""
+    return _run_map_stage(
+        ctx,
+        asset=FILTERED_DOCUMENTS,
+        upstream=TOKENIZED_DOCUMENTS,
+        kernel=filter_table,
+        spec=spec,
+        config=asdict(spec),
+    )
+
+
+# --- training_batches -----------------------------------------------------------------------------
+def run_training_batches(
+    ctx: StageContext, spec: BatchSpec, compression_level: int | None = None
+) -> StageReport:
+    """Shuffle globally with bounded memory (scatter to hash buckets, then sort each bucket) and
+    pack or pad every (split, bucket) into one Parquet file."""
+    asset = TRAINING_BATCHES
+    upstream = _upstream(ctx, FILTERED_DOCUMENTS)
+    total_bytes = sum(s.bytes for s in upstream)
+    n_buckets = max(spec.shuffle_buckets, -(-total_bytes // SHUFFLE_BUCKET_BYTES))
+    config = {**asdict(spec), "compression_level": compression_level}
+    stage_fp = fingerprint(asset, STAGE_CODE_VERSIONS[asset], config)
+    folder = stage_dir(ctx.warehouse_root, asset, stage_fp)
+    scatter_root = folder / "_scatter"
+    meta = carried_metadata(upstream[0].path)
+    token_type = pq.read_schema(upstream[0].path).field(INPUT_IDS).type.value_type
+
+    if spec.layout == "bucketed" and spec.bucket_boundaries is None:
+        spec = replace(spec, bucket_boundaries=_derived_boundaries(ctx, spec))
+        ctx.log.info(f"{asset}: length buckets from the data: {spec.bucket_boundaries}")
+    lengths = _filtered_lengths(ctx)
+    created_at = _created_at(ctx)
+
+    started = time.perf_counter()
+    scatter_fp_base = (spec.seed, spec.validation_fraction, n_buckets)
+    scatter_tasks = []
+    for source in upstream:
+        out_dir = str(scatter_root / source.shard)
+        input_fp = fingerprint(source.checksum, *scatter_fp_base)
+        if not scatter_done(out_dir, input_fp):
+            scatter_tasks.append(
+                ScatterTask(source.shard, source.path, out_dir, input_fp, spec, n_buckets)
+            )
+    ctx.log.info(
+        f"{asset}: shuffling into {n_buckets} bucket(s); scattering {len(scatter_tasks)} of "
+        f"{len(upstream)} shard(s)"
+    )
+    ctx.compute.run(run_scatter, scatter_tasks)
+    scatter_seconds = time.perf_counter() - started
+
+    scatter_dirs = tuple(str(scatter_root / s.shard) for s in upstream)
+    all_fp = fingerprint([s.checksum for s in upstream], *scatter_fp_base)
+    counts: Counter[str] = Counter()
+    for directory in scatter_dirs:
+        counts.update(_read_manifest(directory))
+    planned = []
+    for split in SPLITS:
+        for bucket in range(n_buckets):
+            key = f"{split}-{bucket:05d}"
+            if not counts.get(f"{key}.parquet"):
+                continue
+            out = str(folder / shard_file_name(key))
+            file_meta = {
+                k.decode(): v.decode()
+                for k, v in batch_schema_metadata(
+                    spec=spec,
+                    tokenizer_name=meta.get(f"{TOKENIZER_META}name", ""),
+                    tokenizer_fingerprint=meta.get(f"{TOKENIZER_META}fingerprint", ""),
+                    vocab_size=int(meta.get(f"{TOKENIZER_META}vocab_size", "0") or 0),
+                    split=split,
+                    input_fingerprint=all_fp,
+                    created_at=created_at,
+                ).items()
+            }
+            task = GatherTask(
+                key=key,
+                split=split,
+                bucket=bucket,
+                scatter_dirs=scatter_dirs,
+                output_path=out,
+                input_fingerprint=all_fp,
+                spec=spec,
+                eos_id=int(meta[f"{TOKENIZER_META}eos_id"]),
+                pad_id=int(meta[f"{TOKENIZER_META}pad_id"]),
+                token_type=str(token_type),
+                metadata=tuple(sorted({**meta, **file_meta}.items())),
+                compression_level=compression_level,
+            )
+            planned.append(_Planned(key, out, None, all_fp, tuple(s.path for s in upstream), task))
+    report = _execute(
+        ctx,
+        asset=asset,
+        stage_fp=stage_fp,
+        folder=folder,
+        config=config,
+        planned=planned,
+        fn=run_gather,
+        extra={"scatter_seconds": scatter_seconds, "shuffle_buckets": n_buckets},
+    )
+    report.extra["documents"] = report.rows_in
+    report.extra["sequences"] = report.rows_out
+    report.extra["length_histogram"] = length_histogram(lengths, spec.seq_len)
+    if spec.bucket_boundaries:
+        report.extra["bucket_boundaries"] = list(spec.bucket_boundaries)
+    return report
+
+
+def _filtered_lengths(ctx: StageContext) -> np.ndarray:
+    """Token counts of every filtered document (one int32 each: 4 MB per million documents)."""
+    rows = ctx.catalog.query(f"SELECT n_tokens FROM {FILTERED_DOCUMENTS}")
+    return np.array([r[0] for r in rows], dtype=np.int64)
+
+
+def _derived_boundaries(ctx: StageContext, spec: BatchSpec) -> tuple[int, ...]:
+    """Length-bucket bounds at evenly spaced quantiles of the filtered documents' lengths."""
+    k = spec.length_buckets
+    quantiles = [i / k for i in range(1, k)]
+    row = ctx.catalog.query(
+        f"SELECT quantile_cont(least(n_tokens, ?), ?::DOUBLE[]) FROM {FILTERED_DOCUMENTS}",
+        [spec.seq_len, quantiles],
+    )
+    values = row[0][0] if row and row[0][0] is not None else []
+    return derive_boundaries(values, spec.seq_len)
+
+
+def _created_at(ctx: StageContext) -> str:
+    """Reproducible creation time of the batches: ``SOURCE_DATE_EPOCH`` when set (the
+    reproducible-builds convention), else the newest modification time of the input files, so a
+    re-run on the same inputs writes byte-identical files."""
+    epoch = os.environ.get("SOURCE_DATE_EPOCH")
+    if epoch is None:
+        mtimes = [
+            Path(p).stat().st_mtime
+            for shard in ctx.catalog.current_shards(RAW_DOCUMENTS)
+            for p in shard.input_shards
+            if Path(p).exists()
+        ]
+        epoch = str(int(max(mtimes, default=0)))
+    stamp = datetime.fromtimestamp(int(epoch), tz=timezone.utc)
+    return stamp.isoformat().replace("+00:00", "Z")
+
+
+def _read_manifest(directory: str) -> dict[str, int]:
+    return json.loads((Path(directory) / "manifest.json").read_text())["files"]

@@ -1,0 +1,410 @@
+"""Shard tasks: what a worker process does for one shard of one stage.
+
+Each task is a small frozen dataclass (picklable, a few hundred bytes) naming its input and output
+files and the kernel spec. The worker reads its input, runs the kernel batch by batch (memory
+bounded by the batch, not the shard), writes its rejects and then its output atomically, and
+returns :class:`ShardStats`. Writing the output last makes it the completion marker: a shard whose
+output exists with the expected input fingerprint in its footer is done.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from llm_assets.lib.batching import (
+    LENGTH_BUCKET,
+    BatchSpec,
+    PackStats,
+    assign_buckets,
+    assign_splits,
+    bucket_layout,
+    longest_in_batch,
+    pack_sequences,
+    pad_sequences,
+    shuffle_keys,
+    shuffle_order,
+)
+from llm_assets.lib.ingest import IngestSpec, read_documents
+from llm_assets.lib.schema import (
+    DOC_ID,
+    INPUT_IDS,
+    LABEL,
+    PROMPT_TOKENS,
+    REASON,
+    REJECT_SCHEMA,
+    StageResult,
+)
+from llm_assets.warehouse.shards import (
+    INPUT_FINGERPRINT,
+    ROWS_IN,
+    ROWS_REJECTED,
+    STATS,
+    TMP_MARKER,
+    AtomicParquetWriter,
+    read_footer_metadata,
+)
+
+_FOOTER_BOOKKEEPING = (INPUT_FINGERPRINT, ROWS_IN, ROWS_REJECTED, STATS)
+SCATTER_MANIFEST = "manifest.json"
+SPLITS = ("train", "validation")
+
+
+@dataclass(frozen=True)
+class ShardStats:
+    """What a task reports back to the driver: small, whatever the shard's size."""
+
+    shard: str
+    path: str
+    rejects_path: str | None
+    rows_in: int
+    rows_out: int
+    rows_rejected: int
+    bytes: int
+    checksum: str
+    seconds: float
+    reject_reasons: dict[str, int] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _write_shard(
+    results: Iterable[StageResult],
+    *,
+    key: str,
+    output_path: str,
+    rejects_path: str,
+    input_fingerprint: str,
+    empty_output_schema: Callable[[], pa.Schema],
+    metadata: dict[str, str],
+    compression_level: int | None = None,
+) -> ShardStats:
+    """Stream kernel results into the rejects and output files; commit rejects, then output."""
+    started = time.perf_counter()
+    out: AtomicParquetWriter | None = None
+    rejects = AtomicParquetWriter(rejects_path, REJECT_SCHEMA)
+    reasons: Counter[str] = Counter()
+    try:
+        for result in results:
+            if out is None:
+                out = AtomicParquetWriter(
+                    output_path,
+                    result.kept.schema,
+                    metadata=metadata,
+                    compression_level=compression_level,
+                )
+            out.write(result.kept)
+            if result.rejects.num_rows:
+                rejects.write(result.rejects)
+                reasons.update(result.rejects[REASON].to_pylist())
+        if out is None:
+            out = AtomicParquetWriter(output_path, empty_output_schema(), metadata=metadata)
+        rows_out, rows_rejected = out.rows, rejects.rows
+        written_rejects = rejects.commit()
+        written = out.commit(
+            {
+                INPUT_FINGERPRINT: input_fingerprint,
+                ROWS_IN: str(rows_out + rows_rejected),
+                ROWS_REJECTED: str(rows_rejected),
+            }
+        )
+    except BaseException:
+        rejects.abort()
+        if out is not None:
+            out.abort()
+        raise
+    return ShardStats(
+        shard=key,
+        path=written.path,
+        rejects_path=written_rejects.path,
+        rows_in=rows_out + rows_rejected,
+        rows_out=rows_out,
+        rows_rejected=rows_rejected,
+        bytes=written.bytes,
+        checksum=written.checksum,
+        seconds=time.perf_counter() - started,
+        reject_reasons=dict(reasons),
+    )
+
+
+def carried_metadata(path: str | Path) -> dict[str, str]:
+    """Footer metadata a stage passes on downstream (tokenizer identity, ...), not bookkeeping."""
+    return {k: v for k, v in read_footer_metadata(path).items() if k not in _FOOTER_BOOKKEEPING}
+
+
+# --- ingest ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class IngestTask:
+    """Read one input file (or one line range of a JSONL file) into one raw shard."""
+
+    key: str
+    path: str
+    source_file: str
+    spec: IngestSpec
+    output_path: str
+    rejects_path: str
+    input_fingerprint: str
+    byte_range: tuple[int, int] | None = None
+    first_line: int = 1
+
+
+def run_ingest(task: IngestTask) -> ShardStats:
+    """Worker side of ``raw_documents``."""
+    from llm_assets.lib.schema import DOCUMENT_SCHEMA
+
+    results = read_documents(
+        task.path,
+        task.source_file,
+        task.spec,
+        byte_range=task.byte_range,
+        first_line=task.first_line,
+    )
+    return _write_shard(
+        results,
+        key=task.key,
+        output_path=task.output_path,
+        rejects_path=task.rejects_path,
+        input_fingerprint=task.input_fingerprint,
+        empty_output_schema=lambda: DOCUMENT_SCHEMA,
+        metadata={},
+    )
+
+
+# --- one shard in, one shard out: normalize, tokenize, filter -------------------------------------
+@dataclass(frozen=True)
+class MapTask:
+    """Apply ``kernel(table, spec) -> StageResult`` to every batch of one shard."""
+
+    key: str
+    input_path: str
+    output_path: str
+    rejects_path: str
+    input_fingerprint: str
+    kernel: Callable[[pa.Table, Any], StageResult]
+    spec: Any
+    metadata: tuple[tuple[str, str], ...] = ()
+    batch_rows: int = 8192
+
+
+def run_map(task: MapTask) -> ShardStats:
+    """Worker side of the one-to-one stages."""
+    source = pq.ParquetFile(task.input_path)
+    metadata = carried_metadata(task.input_path)
+    metadata.update(dict(task.metadata))
+
+    def results() -> Iterator[StageResult]:
+        for batch in source.iter_batches(batch_size=task.batch_rows):
+            yield task.kernel(pa.Table.from_batches([batch]), task.spec)
+
+    def empty_schema() -> pa.Schema:
+        return task.kernel(source.schema_arrow.empty_table(), task.spec).kept.schema
+
+    return _write_shard(
+        results(),
+        key=task.key,
+        output_path=task.output_path,
+        rejects_path=task.rejects_path,
+        input_fingerprint=task.input_fingerprint,
+        empty_output_schema=empty_schema,
+        metadata=metadata,
+    )
+
+
+# --- training batches: scatter to shuffle buckets, then gather and pack ---------------------------
+@dataclass(frozen=True)
+class ScatterTask:
+    """Split one filtered shard's documents by (split, shuffle bucket) into a scatter folder."""
+
+    key: str
+    input_path: str
+    output_dir: str
+    input_fingerprint: str
+    spec: BatchSpec
+    n_buckets: int
+
+
+def scatter_file_name(split: str, bucket: int) -> str:
+    """The file of one (split, bucket) inside a scatter folder."""
+    return f"{split}-{bucket:05d}.parquet"
+
+
+def scatter_done(output_dir: str | Path, input_fingerprint: str) -> bool:
+    """True when a scatter folder is complete for this input (its manifest says so)."""
+    manifest = Path(output_dir) / SCATTER_MANIFEST
+    if not manifest.exists():
+        return False
+    return json.loads(manifest.read_text()).get("input_fingerprint") == input_fingerprint
+
+
+def run_scatter(task: ScatterTask) -> dict[str, Any]:
+    """Worker side of the first batching phase. The folder is built under a temporary name and
+    renamed into place, so it is either complete or absent."""
+    started = time.perf_counter()
+    available = pq.read_schema(task.input_path).names
+    optional = [c for c in (PROMPT_TOKENS, LABEL) if c in available]
+    table = pq.read_table(task.input_path, columns=[DOC_ID, INPUT_IDS, *optional])
+    doc_ids = table[DOC_ID].to_pylist()
+    keys = shuffle_keys(doc_ids, task.spec.seed)
+    validation = assign_splits(doc_ids, task.spec.seed, task.spec.validation_fraction)
+    buckets = assign_buckets(keys, task.n_buckets)
+    final = Path(task.output_dir)
+    tmp = final.with_name(f"{final.name}{TMP_MARKER}{uuid.uuid4().hex[:8]}")
+    tmp.mkdir(parents=True)
+    keyed = table.append_column("shuffle_key", pa.array(keys, pa.uint64()))
+    counts: dict[str, int] = {}
+    try:
+        for split_index, split in enumerate(SPLITS):
+            in_split = validation if split_index else ~validation
+            for bucket in np.unique(buckets[in_split]):
+                mask = in_split & (buckets == bucket)
+                name = scatter_file_name(split, int(bucket))
+                pq.write_table(keyed.filter(pa.array(mask)), tmp / name, compression="zstd")
+                counts[name] = int(mask.sum())
+        (tmp / SCATTER_MANIFEST).write_text(
+            json.dumps({"input_fingerprint": task.input_fingerprint, "files": counts})
+        )
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return {"shard": task.key, "rows": table.num_rows, "seconds": time.perf_counter() - started}
+
+
+@dataclass(frozen=True)
+class GatherTask:
+    """Build the sequences of one (split, bucket) from every scatter folder."""
+
+    key: str
+    split: str
+    bucket: int
+    scatter_dirs: tuple[str, ...]
+    output_path: str
+    input_fingerprint: str
+    spec: BatchSpec
+    eos_id: int
+    pad_id: int
+    token_type: str
+    metadata: tuple[tuple[str, str], ...] = ()
+    compression_level: int | None = None
+
+
+def build_sequences(
+    table: pa.Table, order: np.ndarray, task: GatherTask, token_type: pa.DataType
+) -> tuple[pa.Table, PackStats]:
+    """The layout of ``task.spec`` applied to one bucket's documents, in shuffle ``order``."""
+    spec = task.spec
+    ids = table[INPUT_IDS].combine_chunks()
+    values = ids.values.to_numpy(zero_copy_only=False)
+    offsets = ids.offsets.to_numpy()
+    lengths = (offsets[1:] - offsets[:-1])[order]
+    prompts = (
+        table[PROMPT_TOKENS].to_numpy()[order] if PROMPT_TOKENS in table.column_names else None
+    )
+    labels = table[LABEL].take(pa.array(order)) if LABEL in table.column_names else None
+    doc_ids = table[DOC_ID].take(pa.array(order)).to_pylist()
+    if spec.layout == "packed":
+        token_lists = [values[offsets[i] : offsets[i + 1]] for i in order]
+        return pack_sequences(
+            token_lists,
+            spec.seq_len,
+            task.eos_id,
+            task.pad_id,
+            spec.drop_remainder,
+            token_type,
+            truncate=spec.overflow == "truncate",
+            prompt_tokens=prompts,
+        )
+    extra: dict[str, pa.Array] = {}
+    if spec.layout == "bucketed":
+        boundaries = spec.bucket_boundaries or (spec.seq_len,)
+        within, targets, buckets = bucket_layout(
+            lengths, boundaries, spec.seq_len, spec.batch_size, spec.seed
+        )
+        order = order[within]
+        doc_ids = [doc_ids[i] for i in within]
+        prompts = None if prompts is None else prompts[within]
+        labels = None if labels is None else labels.take(pa.array(within))
+        extra[LENGTH_BUCKET] = pa.array(buckets, pa.int32())
+    elif spec.pad_to == "longest":
+        targets = longest_in_batch(lengths, spec.seq_len, spec.batch_size)
+    else:
+        targets = None
+    if labels is not None:
+        extra = {LABEL: labels.combine_chunks(), **extra}
+    token_lists = [values[offsets[i] : offsets[i + 1]] for i in order]
+    return pad_sequences(
+        token_lists,
+        doc_ids,
+        spec.seq_len,
+        task.pad_id,
+        token_type,
+        targets=targets,
+        prompt_tokens=prompts,
+        extra_columns=extra,
+    )
+
+
+def run_gather(task: GatherTask) -> ShardStats:
+    """Worker side of the second batching phase: order by shuffle key, then pack or pad."""
+    started = time.perf_counter()
+    name = scatter_file_name(task.split, task.bucket)
+    parts = [pq.read_table(Path(d) / name) for d in task.scatter_dirs if (Path(d) / name).exists()]
+    token_type = getattr(pa, task.token_type)()
+    if parts:
+        table = pa.concat_tables(parts)
+    else:
+        table = pa.table(
+            {
+                DOC_ID: pa.array([], pa.string()),
+                INPUT_IDS: pa.array([], pa.list_(token_type)),
+                "shuffle_key": pa.array([], pa.uint64()),
+            }
+        )
+    doc_ids = table[DOC_ID].to_pylist()
+    order = shuffle_order(table["shuffle_key"].to_numpy(), doc_ids)
+    sequences, stats = build_sequences(table, order, task, token_type)
+    writer = AtomicParquetWriter(
+        task.output_path,
+        sequences.schema,
+        metadata=dict(task.metadata),
+        compression_level=task.compression_level,
+        row_group_rows=1024,
+    )
+    try:
+        writer.write(sequences)
+        written = writer.commit(
+            {
+                INPUT_FINGERPRINT: task.input_fingerprint,
+                ROWS_IN: str(len(doc_ids)),
+                ROWS_REJECTED: "0",
+                STATS: json.dumps(stats.as_dict(), sort_keys=True),
+            }
+        )
+    except BaseException:
+        writer.abort()
+        raise
+    return ShardStats(
+        shard=task.key,
+        path=written.path,
+        rejects_path=None,
+        rows_in=len(doc_ids),
+        rows_out=sequences.num_rows,
+        rows_rejected=0,
+        bytes=written.bytes,
+        checksum=written.checksum,
+        seconds=time.perf_counter() - started,
+        extra=stats.as_dict(),
+    )

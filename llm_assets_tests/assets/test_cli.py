@@ -1,0 +1,122 @@
+"""The job as users run it: `dagster job execute` in a fresh process (outside the repository, so
+only the installed package is importable), the shipped per-backend configs, and a run killed with
+SIGKILL half-way and run again."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import dagster as dg
+import pytest
+import yaml
+
+from llm_assets.constants import PIPELINE_ASSETS, PIPELINE_JOB
+from llm_assets.datagen import write_corpus
+from llm_assets.definitions import defs
+from llm_assets_tests.assets.test_pipeline import output_checksums
+from llm_assets_tests.conftest import REPO, pipeline_run_config
+
+
+def test_definitions_load_and_every_job_resolves():
+    dg.Definitions.validate_loadable(defs)
+    job = defs.resolve_job_def(PIPELINE_JOB)
+    assert {k.to_user_string() for k in job.asset_layer.executable_asset_keys} >= set(
+        PIPELINE_ASSETS
+    )
+    for config_file in (REPO / "configs").glob("*.yaml"):
+        assert yaml.safe_load(config_file.read_text()), config_file
+
+
+def _job_command(config_files: list[Path]) -> list[str]:
+    command = [sys.executable, "-m", "dagster", "job", "execute"]
+    command += ["-m", "llm_assets.definitions", "-j", PIPELINE_JOB]
+    for config_file in config_files:
+        command += ["-c", str(config_file)]
+    return command
+
+
+def _write_config(tmp_path: Path, input_dir: Path, root: Path, rows_per_shard: int) -> Path:
+    config = pipeline_run_config(input_dir, rows_per_shard=rows_per_shard)
+    config["resources"] = {"warehouse": {"config": {"root": str(root)}}}
+    path = tmp_path / f"run-{root.name}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    home = tmp_path / "dagster_home"
+    home.mkdir(exist_ok=True)
+    return {**os.environ, "DAGSTER_HOME": str(home), "RAY_USAGE_STATS_ENABLED": "0"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["multiprocess", "ray"])
+def test_dagster_job_execute_with_the_shipped_backend_config(sample_input, tmp_path, backend):
+    root = tmp_path / "warehouse"
+    run_config = _write_config(tmp_path, sample_input, root, 1000)
+    done = subprocess.run(
+        _job_command([REPO / "configs" / f"{backend}.yaml", run_config]),
+        cwd=tmp_path,
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "RUN_SUCCESS" in done.stdout + done.stderr
+    assert f"on {backend}" in done.stdout + done.stderr
+    assert all(output_checksums(root)[asset] for asset in PIPELINE_ASSETS)
+
+
+@pytest.mark.slow
+def test_run_killed_midway_finishes_the_rest_byte_identical(tmp_path):
+    input_dir = tmp_path / "input"
+    input_dir.mkdir()
+    write_corpus(input_dir / "corpus.jsonl", 30_000, seed=7)
+    env = _env(tmp_path)
+    killed_root, clean_root = tmp_path / "killed", tmp_path / "clean"
+    killed_config = _write_config(tmp_path, input_dir, killed_root, 500)
+    clean_config = _write_config(tmp_path, input_dir, clean_root, 500)
+
+    process = subprocess.Popen(
+        _job_command([killed_config]),
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 300
+    tokenized = killed_root / "tokenized_documents"
+    while time.monotonic() < deadline and process.poll() is None:
+        if len(list(tokenized.glob("*/part-*.parquet"))) >= 5:
+            break
+        time.sleep(0.02)
+    assert process.poll() is None, "the run finished before it could be killed"
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    partial = len(list(tokenized.glob("*/part-*.parquet")))
+    assert 0 < partial < 60
+
+    logs = {}
+    for name, config in (("killed", killed_config), ("clean", clean_config)):
+        done = subprocess.run(
+            _job_command([config]),
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        logs[name] = done.stdout + done.stderr
+    assert "already complete, reused" in logs["killed"]
+    assert "already complete, reused" not in logs["clean"]
+    killed, clean = output_checksums(killed_root), output_checksums(clean_root)
+    for asset in PIPELINE_ASSETS:
+        assert [s for _, s in killed[asset]] == [s for _, s in clean[asset]], asset

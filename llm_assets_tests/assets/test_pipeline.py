@@ -1,0 +1,269 @@
+"""The whole asset graph, materialized for real on the shipped sample: every backend, restart,
+bad input, the checks, and the SQL views a user queries."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import dagster as dg
+import pyarrow.parquet as pq
+import pytest
+
+from llm_assets.assets.pipeline import PIPELINE_ASSET_DEFS
+from llm_assets.compute.resource import ComputeResource
+from llm_assets.constants import PIPELINE_ASSETS, TRAINING_BATCHES
+from llm_assets.warehouse.resource import WarehouseResource
+from llm_assets_tests.conftest import pipeline_run_config
+
+PLANTED_REJECTS = {
+    "invalid_json",
+    "invalid_utf8",
+    "missing_text",
+    "non_string_text",
+    "not_an_object",
+}
+
+
+def materialize(input_dir: Path, root: Path, backend: str = "in_process", **ops):
+    return dg.materialize(
+        PIPELINE_ASSET_DEFS,
+        resources={
+            "compute": ComputeResource(backend=backend, workers=2),
+            "warehouse": WarehouseResource(root=str(root)),
+        },
+        run_config=pipeline_run_config(input_dir, **ops),
+        raise_on_error=False,
+    )
+
+
+def output_checksums(root: Path) -> dict[str, list[tuple[str, str]]]:
+    """Asset -> [(shard, sha256)] of the current output and rejects files, in catalog order."""
+    catalog = WarehouseResource(root=str(root)).catalog()
+    result = {}
+    for asset in PIPELINE_ASSETS:
+        files = []
+        for shard in catalog.current_shards(asset):
+            for path in (shard.path, shard.rejects_path):
+                if path:
+                    digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+                    files.append((Path(path).relative_to(root).as_posix(), digest))
+        result[asset] = files
+    return result
+
+
+def materializations(result) -> dict[str, dict]:
+    return {
+        event.asset_key.to_user_string(): event.step_materialization_data.materialization.metadata
+        for event in result.get_asset_materialization_events()
+    }
+
+
+@pytest.fixture(scope="module")
+def in_process_run(tmp_path_factory):
+    """One in-process materialization of the sample, shared by the read-only tests below."""
+    import shutil
+
+    from llm_assets_tests.conftest import SAMPLE_DIR
+
+    base = tmp_path_factory.mktemp("inproc")
+    shutil.copytree(SAMPLE_DIR, base / "input")
+    result = materialize(base / "input", base / "warehouse")
+    return base, result
+
+
+def test_materialize_all_succeeds_and_checks_pass(in_process_run):
+    _base, result = in_process_run
+    assert result.success
+    checks = result.get_asset_check_evaluations()
+    assert len(checks) == len(PIPELINE_ASSETS)
+    assert all(c.passed for c in checks), [c.metadata for c in checks if not c.passed]
+    meta = materializations(result)
+    assert set(meta) == set(PIPELINE_ASSETS)
+    assert meta["raw_documents"]["dagster/row_count"].value > 3000
+    assert "invalid_json" in meta["raw_documents"]["reject_reasons"].value
+    assert "too_few_tokens" in meta["filtered_documents"]["reject_reasons"].value
+    assert meta["training_batches"]["padding_fraction"].value < 0.0015 * 100  # at most a few blocks
+
+
+def test_counts_reconcile_across_the_chain_in_sql(in_process_run):
+    base, _ = in_process_run
+    catalog = WarehouseResource(root=str(base / "warehouse")).catalog()
+    counts = {}
+    for asset in PIPELINE_ASSETS[:4]:
+        out = catalog.query(f"SELECT count(*) FROM {asset}")[0][0]
+        rejected = catalog.query(f"SELECT count(*) FROM {asset}_rejects")[0][0]
+        counts[asset] = (out, rejected)
+    raw_out, _raw_rej = counts["raw_documents"]
+    # The sample's whitespace-only text (wiki_sample.jsonl line 2222) is emptied by normalization.
+    norm_out, norm_rej = counts["normalized_documents"]
+    assert (norm_out + norm_rej, norm_rej) == (raw_out, 1)
+    emptied = catalog.query(
+        "SELECT source_file, source_line, reason FROM normalized_documents_rejects"
+    )
+    assert emptied == [("wiki_sample.jsonl", 2222, "empty_after_normalize")]
+    assert counts["tokenized_documents"] == (norm_out, 0)
+    filt_out, filt_rej = counts["filtered_documents"]
+    assert filt_out + filt_rej == norm_out
+    reasons = {r for (r,) in catalog.query("SELECT DISTINCT reason FROM raw_documents_rejects")}
+    assert reasons >= PLANTED_REJECTS
+    rows = catalog.query(
+        "SELECT source_file, source_line, stage FROM rejects WHERE reason = 'invalid_json'"
+    )
+    assert rows and all(f.endswith(".jsonl") and line > 0 and s == "ingest" for f, line, s in rows)
+    # every document's tokens reach the batches (packed: plus one EOS each)
+    docs = catalog.query("SELECT count(*), sum(n_tokens) FROM filtered_documents")[0]
+    batches = catalog.query("SELECT count(*), sum(list_sum(attention_mask)) FROM training_batches")[
+        0
+    ]
+    assert batches[1] == docs[1] + docs[0]
+
+
+def test_batches_have_schema_metadata_and_fixed_length(in_process_run):
+    base, _ = in_process_run
+    catalog = WarehouseResource(root=str(base / "warehouse")).catalog()
+    shards = catalog.current_shards(TRAINING_BATCHES)
+    splits = {Path(s.path).name.split("-")[1] for s in shards}
+    assert splits == {"train", "validation"}
+    meta = pq.read_schema(shards[0].path).metadata
+    assert meta[b"llm_assets.layout"] == b"packed"
+    assert meta[b"llm_assets.seq_len"] == b"256"
+    assert meta[b"llm_assets.tokenizer.name"] == b"gpt2"
+    assert pq.read_metadata(shards[0].path).row_group(0).column(0).compression == "ZSTD"
+    lengths = catalog.query("SELECT DISTINCT len(input_ids) FROM training_batches")
+    assert lengths == [(256,)]
+
+
+def test_rerun_with_unchanged_input_reuses_every_shard(in_process_run):
+    base, _ = in_process_run
+    before = output_checksums(base / "warehouse")
+    result = materialize(base / "input", base / "warehouse")
+    assert result.success
+    for asset, meta in materializations(result).items():
+        assert meta["shards_computed"].value == 0, asset
+        assert meta["shards_reused"].value == meta["shards"].value
+    assert output_checksums(base / "warehouse") == before
+
+
+def test_lost_shards_are_recomputed_byte_identical(in_process_run, tmp_path):
+    """A run that died part-way leaves some shards missing (and maybe a temporary file): the next
+    run computes exactly those and ends byte-identical."""
+    base, _ = in_process_run
+    root = base / "warehouse"
+    before = output_checksums(root)
+    catalog = WarehouseResource(root=str(root)).catalog()
+    victim = catalog.current_shards("tokenized_documents")[0]
+    Path(victim.path).unlink()
+    Path(victim.path + ".tmp-deadbeef").write_bytes(b"half a shard")
+    for shard in catalog.current_shards(TRAINING_BATCHES)[:1]:
+        Path(shard.path).unlink()
+    result = materialize(base / "input", root)
+    assert result.success
+    meta = materializations(result)
+    assert meta["tokenized_documents"]["shards_computed"].value == 1
+    assert meta["raw_documents"]["shards_computed"].value == 0
+    assert meta[TRAINING_BATCHES]["shards_computed"].value == 1
+    assert output_checksums(root) == before
+    assert not list(Path(victim.path).parent.glob("*.tmp-*"))
+
+
+@pytest.mark.parametrize("backend", ["multiprocess", pytest.param("ray", marks=pytest.mark.slow)])
+def test_every_backend_writes_identical_parquet(in_process_run, tmp_path, backend):
+    base, _ = in_process_run
+    result = materialize(base / "input", tmp_path / "warehouse", backend=backend)
+    assert result.success
+    assert output_checksums(tmp_path / "warehouse") == output_checksums(base / "warehouse")
+
+
+def test_new_input_file_adds_shards_and_reuses_the_rest(sample_input, tmp_path):
+    root = tmp_path / "warehouse"
+    assert materialize(sample_input, root).success
+    (sample_input / "extra.jsonl").write_text(
+        '{"text": "A brand new document that arrived after the first run of the pipeline."}\n'
+    )
+    result = materialize(sample_input, root)
+    assert result.success
+    meta = materializations(result)
+    assert meta["raw_documents"]["shards_computed"].value == 1
+    assert meta["tokenized_documents"]["shards_computed"].value == 1
+    assert meta["raw_documents"]["shards_reused"].value >= 5
+
+
+def test_padded_layout_masks_padding(sample_input, tmp_path):
+    result = materialize(
+        sample_input, tmp_path / "wh", training_batches={"layout": "padded", "seq_len": 64}
+    )
+    assert result.success
+    catalog = WarehouseResource(root=str(tmp_path / "wh")).catalog()
+    docs = catalog.query("SELECT count(*) FROM filtered_documents")[0][0]
+    rows = catalog.query(
+        "SELECT count(*), bool_and(len(labels) = 64), "
+        "sum(list_count(list_filter(labels, lambda x: x = -100))), "
+        "sum(64 - list_sum(attention_mask)) FROM training_batches"
+    )[0]
+    assert rows[0] == docs and rows[1]
+    assert rows[2] == rows[3]
+
+
+# --- bad input and bad config: clear errors before any work --------------------------------------
+def _failure_message(result) -> str:
+    failures = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    assert failures, "expected a step failure"
+    return failures[0].step_failure_data.error.to_string()
+
+
+def test_missing_input_folder_fails_naming_it(tmp_path):
+    result = materialize(tmp_path / "nowhere", tmp_path / "wh")
+    assert not result.success
+    assert "nowhere" in _failure_message(result) and "does not exist" in _failure_message(result)
+
+
+def test_unsupported_file_fails_early_naming_it(sample_input, tmp_path):
+    (sample_input / "notes.docx").write_bytes(b"PK\x03\x04")
+    result = materialize(sample_input, tmp_path / "wh")
+    assert not result.success
+    assert "notes.docx" in _failure_message(result)
+    assert not (tmp_path / "wh" / "raw_documents").exists()
+
+
+def test_min_tokens_above_max_tokens_fails_at_the_first_step(sample_input, tmp_path):
+    result = materialize(
+        sample_input, tmp_path / "wh", filtered_documents={"min_tokens": 50, "max_tokens": 10}
+    )
+    assert not result.success
+    message = _failure_message(result)
+    assert "max_tokens" in message and "min_tokens" in message
+    failed = [e.step_key for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    assert failed == ["raw_documents"]
+
+
+def test_bad_rows_in_a_new_file_are_rejects_and_the_run_succeeds(sample_input, tmp_path):
+    (sample_input / "broken.jsonl").write_bytes(
+        b'{"text": "fine line with enough words to pass the length filter easily ok"}\n'
+        b'{"text": \n'
+        b'\xff\xfe{"text": "x"}\n'
+        b'{"title": "no text"}\n'
+        b'{"text": 42}\n'
+        b"[1, 2]\n"
+    )
+    (sample_input / "empty.jsonl").write_bytes(b"")
+    result = materialize(sample_input, tmp_path / "wh")
+    assert result.success
+    catalog = WarehouseResource(root=str(tmp_path / "wh")).catalog()
+    got = dict(
+        catalog.query(
+            "SELECT source_line, reason FROM raw_documents_rejects "
+            "WHERE source_file = 'broken.jsonl' ORDER BY 1"
+        )
+    )
+    assert got == {
+        2: "invalid_json",
+        3: "invalid_utf8",
+        4: "missing_text",
+        5: "non_string_text",
+        6: "not_an_object",
+    }
+    assert catalog.query(
+        "SELECT reason, source_line FROM raw_documents_rejects WHERE source_file = 'empty.jsonl'"
+    ) == [("empty_file", 0)]
+    assert all(c.passed for c in result.get_asset_check_evaluations())

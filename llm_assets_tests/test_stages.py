@@ -1,0 +1,60 @@
+"""Driver-side planning helpers of the stages."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from llm_assets.stages import StageInputError, line_ranges, list_input_files
+
+
+@pytest.mark.parametrize("rows_per_shard", [1, 2, 3, 7, 100])
+@pytest.mark.parametrize("trailing_newline", [True, False])
+def test_line_ranges_cover_the_file_exactly(tmp_path, rows_per_shard, trailing_newline):
+    lines = [f'{{"text": "line {i}"}}' for i in range(1, 11)]
+    body = "\n".join(lines) + ("\n" if trailing_newline else "")
+    path = tmp_path / "f.jsonl"
+    path.write_text(body)
+    ranges = line_ranges(path, rows_per_shard)
+    data = path.read_bytes()
+    assert ranges[0][0] == 0 and ranges[-1][1] == len(data)
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(ranges))
+    for start, end, first_line in ranges:
+        chunk = data[start:end].decode().splitlines()
+        assert 1 <= len(chunk) <= rows_per_shard
+        assert chunk[0] == lines[first_line - 1]
+
+
+def test_line_ranges_of_an_empty_file(tmp_path):
+    path = tmp_path / "e.jsonl"
+    path.write_bytes(b"")
+    assert line_ranges(path, 10) == [(0, 0, 1)]
+
+
+def test_line_ranges_across_read_blocks(tmp_path):
+    path = tmp_path / "big.jsonl"
+    line = '{"text": "' + "x" * 1000 + '"}\n'
+    path.write_text(line * 9000)  # ~9 MB: more than two 4 MiB read blocks
+    ranges = line_ranges(path, 4000)
+    assert [r[2] for r in ranges] == [1, 4001, 8001]
+    assert ranges[1][0] == 4000 * len(line)
+
+
+def test_input_listing_is_sorted_skips_hidden_and_refuses_unknown(tmp_path):
+    (tmp_path / "b.jsonl").write_text("{}\n")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "a.csv").write_text("text\nx\n")
+    (tmp_path / ".cache").mkdir()
+    (tmp_path / ".cache" / "junk.bin").write_bytes(b"\0")
+    assert [rel for _, rel in list_input_files(tmp_path)] == ["b.jsonl", "sub/a.csv"]
+    (tmp_path / "README.md").write_text("hi")
+    with pytest.raises(StageInputError, match=r"README\.md"):
+        list_input_files(tmp_path)
+
+
+def test_empty_or_missing_input_folder(tmp_path):
+    with pytest.raises(StageInputError, match="holds no input files"):
+        list_input_files(tmp_path)
+    with pytest.raises(StageInputError, match="does not exist"):
+        list_input_files(tmp_path / "missing")
