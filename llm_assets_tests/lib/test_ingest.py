@@ -1,0 +1,236 @@
+"""Ingest: every format, stable locations and ids, and what happens to each kind of bad input.
+
+The invariant checked throughout: every record (non-blank JSONL line, CSV record, TXT paragraph,
+Parquet row) is either kept or rejected with a reason and its location; nothing raises past the
+reject path except an unsupported file type (the run fails early, naming the file).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import zstandard
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from llm_assets.lib.ingest import (
+    CORRUPT_FILE,
+    EMPTY_FILE,
+    INVALID_JSON,
+    INVALID_UTF8,
+    MISSING_TEXT,
+    NON_STRING_TEXT,
+    NOT_AN_OBJECT,
+    RAGGED_ROW,
+    TRUNCATED_FILE,
+    IngestSpec,
+    UnsupportedFileError,
+    read_documents,
+)
+from llm_assets.lib.schema import make_doc_id
+from llm_assets.stages import line_ranges
+
+
+def read(path: Path, spec: IngestSpec | None = None, **kw) -> tuple[pa.Table, pa.Table]:
+    results = list(read_documents(str(path), path.name, spec or IngestSpec(), **kw))
+    kept = pa.concat_tables([r.kept for r in results])
+    rejects = pa.concat_tables([r.rejects for r in results])
+    return kept, rejects
+
+
+def reasons(rejects: pa.Table) -> list[tuple[int, str]]:
+    return list(zip(rejects["source_line"].to_pylist(), rejects["reason"].to_pylist(), strict=True))
+
+
+LINES = [
+    b'{"text": "first doc", "title": "a", "rating": 5}',
+    b'{"text": "second doc"}',
+]
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".jsonl.gz", ".jsonl.zst"])
+def test_jsonl_formats_keep_text_metadata_and_location(tmp_path, suffix):
+    raw = b"\n".join(LINES) + b"\n"
+    if suffix.endswith("gz"):
+        raw = gzip.compress(raw)
+    elif suffix.endswith("zst"):
+        raw = zstandard.ZstdCompressor().compress(raw)
+    path = tmp_path / f"docs{suffix}"
+    path.write_bytes(raw)
+    kept, rejects = read(path)
+    assert kept["text"].to_pylist() == ["first doc", "second doc"]
+    assert kept["source_line"].to_pylist() == [1, 2]
+    assert kept["doc_id"].to_pylist() == [make_doc_id(path.name, 1), make_doc_id(path.name, 2)]
+    assert json.loads(kept["metadata"][0].as_py()) == {"title": "a", "rating": 5}
+    assert kept["metadata"][1].as_py() is None
+    assert rejects.num_rows == 0
+
+
+def test_configurable_text_field(tmp_path):
+    path = tmp_path / "sft.jsonl"
+    path.write_text('{"instruction": "say hi", "output": "hi"}\n')
+    kept, _ = read(path, IngestSpec(text_field="output"))
+    assert kept["text"].to_pylist() == ["hi"]
+    assert json.loads(kept["metadata"][0].as_py()) == {"instruction": "say hi"}
+
+
+def test_parquet_csv_and_txt(tmp_path):
+    pq.write_table(pa.table({"text": ["p1", None], "url": ["u1", "u2"]}), tmp_path / "t.parquet")
+    kept, rejects = read(tmp_path / "t.parquet")
+    assert kept["text"].to_pylist() == ["p1"] and json.loads(kept["metadata"][0].as_py()) == {
+        "url": "u1"
+    }
+    assert reasons(rejects) == [(2, MISSING_TEXT)]
+
+    (tmp_path / "r.csv").write_text('rating,text\n5,"great, really"\n1,bad\n3\n')
+    kept, rejects = read(tmp_path / "r.csv")
+    assert kept["text"].to_pylist() == ["great, really", "bad"]
+    assert reasons(rejects) == [(3, RAGGED_ROW)]
+
+    (tmp_path / "n.txt").write_text("para one\nline two\n\n\n\npara two\n")
+    kept, _ = read(tmp_path / "n.txt")
+    assert kept["text"].to_pylist() == ["para one\nline two", "para two"]
+    assert kept["source_line"].to_pylist() == [1, 6]
+
+
+def test_each_bad_jsonl_line_is_a_reject_with_reason_and_line(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_bytes(
+        b'{"text": "ok"}\n'  # 1 kept
+        b'{"text": \n'  # 2 malformed JSON
+        b'{"text": "caf\xe9"}\n'  # 3 invalid UTF-8
+        b'{"body": "no text"}\n'  # 4 missing text
+        b'{"text": 42}\n'  # 5 number
+        b'{"text": ["a", "b"]}\n'  # 6 list
+        b'{"text": null}\n'  # 7 null
+        b'["not", "an", "object"]\n'  # 8 list instead of object
+        b"\n"  # 9 blank: skipped, not a record
+        b'{"text": "nul\\u0000byte"}\n'  # 10 NUL kept (normalization removes controls)
+        + b"[" * 100_000
+        + b"]" * 100_000
+        + b"\n"  # 11 deeply nested JSON
+    )
+    kept, rejects = read(path)
+    assert kept["source_line"].to_pylist() == [1, 10]
+    assert kept["text"][1].as_py() == "nul\x00byte"
+    assert reasons(rejects) == [
+        (2, INVALID_JSON),
+        (3, INVALID_UTF8),
+        (4, MISSING_TEXT),
+        (5, NON_STRING_TEXT),
+        (6, NON_STRING_TEXT),
+        (7, MISSING_TEXT),
+        (8, NOT_AN_OBJECT),
+        (11, INVALID_JSON),
+    ]
+    assert all(v for v in rejects["value"].to_pylist())
+
+
+def test_empty_and_broken_files_are_whole_file_rejects(tmp_path):
+    (tmp_path / "empty.jsonl").write_bytes(b"")
+    assert reasons(read(tmp_path / "empty.jsonl")[1]) == [(0, EMPTY_FILE)]
+    (tmp_path / "empty.csv").write_bytes(b"")
+    assert reasons(read(tmp_path / "empty.csv")[1]) == [(0, EMPTY_FILE)]
+
+    whole = gzip.compress(b"\n".join(LINES * 500) + b"\n")
+    (tmp_path / "cut.jsonl.gz").write_bytes(whole[: len(whole) // 2])
+    kept, rejects = read(tmp_path / "cut.jsonl.gz")
+    assert rejects["reason"].to_pylist()[-1] in (TRUNCATED_FILE, CORRUPT_FILE)
+    assert kept.num_rows < 1000
+
+    whole = zstandard.ZstdCompressor().compress(b"\n".join(LINES * 500) + b"\n")
+    (tmp_path / "cut.jsonl.zst").write_bytes(whole[: len(whole) // 2])
+    assert read(tmp_path / "cut.jsonl.zst")[1]["reason"].to_pylist()[-1] == TRUNCATED_FILE
+
+    (tmp_path / "binary.parquet").write_bytes(bytes(range(256)) * 10)
+    assert reasons(read(tmp_path / "binary.parquet")[1]) == [(0, CORRUPT_FILE)]
+
+    (tmp_path / "binary.jsonl.gz").write_bytes(bytes(range(256)) * 10)
+    assert read(tmp_path / "binary.jsonl.gz")[1]["reason"].to_pylist() == [CORRUPT_FILE]
+
+
+def test_parquet_with_the_wrong_schema_rejects_every_row_naming_the_problem(tmp_path):
+    pq.write_table(pa.table({"body": ["x", "y"]}), tmp_path / "wrong.parquet")
+    kept, rejects = read(tmp_path / "wrong.parquet")
+    assert kept.num_rows == 0 and reasons(rejects) == [(1, MISSING_TEXT), (2, MISSING_TEXT)]
+    pq.write_table(pa.table({"text": [1, 2]}), tmp_path / "ints.parquet")
+    assert read(tmp_path / "ints.parquet")[1]["reason"].to_pylist() == [NON_STRING_TEXT] * 2
+
+
+def test_a_long_single_line_is_read(tmp_path):
+    text = "word " * 1_000_000  # 5 MB on one line
+    (tmp_path / "long.jsonl").write_text(json.dumps({"text": text}) + "\n")
+    kept, _ = read(tmp_path / "long.jsonl")
+    assert kept["text"][0].as_py() == text
+
+
+def test_unsupported_file_type_is_an_error_naming_it(tmp_path):
+    (tmp_path / "notes.docx").write_bytes(b"PK")
+    with pytest.raises(UnsupportedFileError, match=r"notes\.docx"):
+        read_documents(str(tmp_path / "notes.docx"), "notes.docx", IngestSpec())
+
+
+@pytest.mark.parametrize("rows_per_shard", [1, 3, 7, 1000])
+def test_byte_ranges_give_exactly_the_rows_of_a_whole_file_read(tmp_path, rows_per_shard):
+    path = tmp_path / "big.jsonl"
+    lines = [json.dumps({"text": f"doc {i}", "i": i}).encode() for i in range(20)]
+    lines[5] = b"{broken"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    whole_kept, whole_rejects = read(path)
+    parts = [
+        read(path, byte_range=(start, end), first_line=first)
+        for start, end, first in line_ranges(path, rows_per_shard)
+    ]
+    assert pa.concat_tables([k for k, _ in parts]).equals(whole_kept)
+    assert pa.concat_tables([r for _, r in parts]).equals(whole_rejects)
+    with pytest.raises(ValueError, match="byte_range"):
+        read_documents(str(tmp_path / "x.csv"), "x.csv", IngestSpec(), byte_range=(0, 1))
+
+
+# --- fuzz: random bytes and random JSON never escape the reject path -----------------------------
+FUZZ = settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+FORMATS = [".csv", ".txt", ".jsonl.gz", ".jsonl.zst", ".parquet"]
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=5), children, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(st.lists(st.binary(max_size=60) | _json.map(lambda v: json.dumps(v).encode()), max_size=30))
+def test_fuzz_jsonl_lines_are_kept_or_rejected(tmp_path, lines):
+    lines = [line.replace(b"\n", b" ").replace(b"\r", b" ") for line in lines]
+    path = tmp_path / "fuzz.jsonl"
+    path.write_bytes(b"\n".join(lines) + (b"\n" if lines else b""))
+    kept, rejects = read(path)
+    records = sum(1 for line in lines if line.strip())
+    if records == 0:
+        assert kept.num_rows == 0 and rejects["reason"].to_pylist() == [EMPTY_FILE]
+    else:
+        assert kept.num_rows + rejects.num_rows == records
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    st.binary(max_size=400),
+    st.sampled_from([".csv", ".txt", ".jsonl.gz", ".jsonl.zst", ".parquet"]),
+)
+def test_fuzz_random_bytes_in_any_format_never_raise(tmp_path, data, suffix):
+    path = tmp_path / f"fuzz{suffix}"
+    path.write_bytes(data)
+    kept, rejects = read(path)
+    assert kept.num_rows + rejects.num_rows >= 1 or not data.strip()
