@@ -51,12 +51,15 @@ from llm_assets.tasks import (
     GatherTask,
     IngestTask,
     MapTask,
+    MegatronTask,
     ScatterTask,
     ShardStats,
     carried_metadata,
+    megatron_done,
     run_gather,
     run_ingest,
     run_map,
+    run_megatron,
     run_scatter,
     scatter_done,
 )
@@ -167,13 +170,22 @@ def _execute(
     }
     records: dict[int, ShardRecord] = {}
     todo: list[int] = []
+    recovered: list[ShardRecord] = []
     for i, plan in enumerate(planned):
         if completed_input_fingerprint(plan.output_path) == plan.input_fingerprint:
-            records[i] = known.get((plan.shard, plan.input_fingerprint)) or _record_from_footer(
-                asset, stage_fp, plan, config_json, code_version, ctx.run_id
-            )
+            record = known.get((plan.shard, plan.input_fingerprint))
+            if record is None:
+                # Written by a run killed before it could record the shard: record it now.
+                record = _record_from_footer(
+                    asset, stage_fp, plan, config_json, code_version, ctx.run_id
+                )
+                recovered.append(record)
+            records[i] = record
         else:
             todo.append(i)
+    if recovered:
+        ctx.catalog.record_shards(recovered)
+        ctx.log.info(f"{asset}: {len(recovered)} finished shard(s) recovered from their footers")
     if records:
         ctx.log.info(f"{asset}: {len(records)} of {len(planned)} shard(s) already complete, reused")
     ctx.log.info(f"{asset}: computing {len(todo)} shard(s) on {ctx.backend}")
@@ -523,7 +535,10 @@ def run_filtered_documents(ctx: StageContext, spec: FilterSpec) -> StageReport:
 
 # --- training_batches -----------------------------------------------------------------------------
 def run_training_batches(
-    ctx: StageContext, spec: BatchSpec, compression_level: int | None = None
+    ctx: StageContext,
+    spec: BatchSpec,
+    compression_level: int | None = None,
+    megatron: bool = False,
 ) -> StageReport:
     """Shuffle globally with bounded memory (scatter to hash buckets, then sort each bucket) and
     pack or pad every (split, bucket) into one Parquet file."""
@@ -610,12 +625,48 @@ def run_training_batches(
         fn=run_gather,
         extra={"scatter_seconds": scatter_seconds, "shuffle_buckets": n_buckets},
     )
+    if megatron:
+        report.extra["megatron"] = _write_megatron(
+            ctx, folder, scatter_dirs, n_buckets, meta, all_fp
+        )
     report.extra["documents"] = report.rows_in
     report.extra["sequences"] = report.rows_out
     report.extra["length_histogram"] = length_histogram(lengths, spec.seq_len)
     if spec.bucket_boundaries:
         report.extra["bucket_boundaries"] = list(spec.bucket_boundaries)
     return report
+
+
+def _write_megatron(
+    ctx: StageContext,
+    folder: Path,
+    scatter_dirs: tuple[str, ...],
+    n_buckets: int,
+    meta: dict[str, str],
+    input_fp: str,
+) -> dict[str, str]:
+    """One Megatron-LM dataset per split under ``<folder>/megatron/``, reused when complete."""
+    tasks = []
+    prefixes = {}
+    for split in SPLITS:
+        prefix = str(folder / "megatron" / f"{split}_text_document")
+        prefixes[split] = prefix
+        if not megatron_done(prefix, input_fp):
+            tasks.append(
+                MegatronTask(
+                    key=f"megatron-{split}",
+                    split=split,
+                    n_buckets=n_buckets,
+                    scatter_dirs=scatter_dirs,
+                    prefix=prefix,
+                    vocab_size=int(meta[f"{TOKENIZER_META}vocab_size"]),
+                    eos_id=int(meta[f"{TOKENIZER_META}eos_id"]),
+                    input_fingerprint=input_fp,
+                )
+            )
+    ctx.log.info(f"{TRAINING_BATCHES}: writing {len(tasks)} Megatron dataset(s) (.bin/.idx)")
+    ctx.compute.run(run_megatron, tasks)
+    return prefixes
 
 
 def _filtered_lengths(ctx: StageContext) -> np.ndarray:

@@ -408,3 +408,71 @@ def run_gather(task: GatherTask) -> ShardStats:
         seconds=time.perf_counter() - started,
         extra=stats.as_dict(),
     )
+
+
+# --- Megatron-LM output: one indexed dataset per split, documents in shuffle order ---------------
+@dataclass(frozen=True)
+class MegatronTask:
+    """Write one split's documents, in the batches' shuffle order, as a Megatron dataset."""
+
+    key: str
+    split: str
+    n_buckets: int
+    scatter_dirs: tuple[str, ...]
+    prefix: str
+    vocab_size: int
+    eos_id: int
+    input_fingerprint: str
+
+
+def megatron_done(prefix: str | Path, input_fingerprint: str) -> bool:
+    """True when ``<prefix>.bin/.idx`` exist for this input (their ``.json`` sidecar says so)."""
+    sidecar = Path(f"{prefix}.json")
+    if not (sidecar.exists() and Path(f"{prefix}.idx").exists()):
+        return False
+    return json.loads(sidecar.read_text()).get("input_fingerprint") == input_fingerprint
+
+
+def run_megatron(task: MegatronTask) -> dict[str, Any]:
+    """Worker side: stream bucket by bucket (bounded memory), each bucket in shuffle order, every
+    document followed by EOS (as Megatron's ``preprocess_data.py --append-eod`` does)."""
+    from llm_assets.lib.megatron import MegatronWriter
+
+    started = time.perf_counter()
+    writer = MegatronWriter(task.prefix, task.vocab_size)
+    documents = tokens = 0
+    try:
+        for bucket in range(task.n_buckets):
+            name = scatter_file_name(task.split, bucket)
+            parts = [
+                pq.read_table(Path(d) / name)
+                for d in task.scatter_dirs
+                if (Path(d) / name).exists()
+            ]
+            if not parts:
+                continue
+            table = pa.concat_tables(parts)
+            order = shuffle_order(table["shuffle_key"].to_numpy(), table[DOC_ID].to_pylist())
+            ids = table[INPUT_IDS].combine_chunks()
+            values = ids.values.to_numpy(zero_copy_only=False)
+            offsets = ids.offsets.to_numpy()
+            for i in order:
+                document = np.append(values[offsets[i] : offsets[i + 1]], task.eos_id)
+                writer.add_document(document)
+                documents += 1
+                tokens += len(document)
+        writer.finalize()
+    except BaseException:
+        writer.abort()
+        raise
+    Path(f"{task.prefix}.json").write_text(
+        json.dumps(
+            {"input_fingerprint": task.input_fingerprint, "documents": documents, "tokens": tokens}
+        )
+    )
+    return {
+        "split": task.split,
+        "documents": documents,
+        "tokens": tokens,
+        "seconds": time.perf_counter() - started,
+    }

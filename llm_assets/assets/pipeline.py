@@ -1,6 +1,5 @@
 """The five pipeline assets: thin wrappers that read config and call :mod:`llm_assets.stages`."""
 
-
 from typing import Any, Literal
 
 import dagster as dg
@@ -95,6 +94,9 @@ class BatchesConfig(dg.Config):
     )
     length_buckets: int = Field(16, description="bucketed: buckets derived from the lengths")
     zstd_level: int = Field(3, description="ZSTD level of the batch files (1-22)")
+    megatron: bool = Field(
+        False, description="Also write a Megatron-LM indexed dataset (.bin/.idx) per split"
+    )
 
 
 def _check(asset: str) -> list[dg.AssetCheckSpec]:
@@ -256,7 +258,9 @@ def training_batches(
     padded into fixed-length sequences; ZSTD Parquet with the tokenizer and layout in its schema
     metadata."""
     ctx = _context(context, compute, warehouse)
-    report = stages.run_training_batches(ctx, _batch_spec(config), config.zstd_level)
+    report = stages.run_training_batches(
+        ctx, _batch_spec(config), config.zstd_level, megatron=config.megatron
+    )
     tokens = report.extra.get("tokens", 0)
     padding = report.extra.get("padding_tokens", 0)
     return materialize_result(

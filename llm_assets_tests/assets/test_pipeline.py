@@ -167,6 +167,28 @@ def test_lost_shards_are_recomputed_byte_identical(in_process_run, tmp_path):
     assert not list(Path(victim.path).parent.glob("*.tmp-*"))
 
 
+def test_shard_written_but_never_recorded_is_recovered_from_its_footer(in_process_run):
+    """A run killed between committing a shard file and recording it in the catalog: the next
+    run reuses the file and records it, so the catalog lists every shard again."""
+    base, _ = in_process_run
+    root = base / "warehouse"
+    before = output_checksums(root)
+    catalog = WarehouseResource(root=str(root)).catalog()
+    victim = catalog.current_shards("tokenized_documents")[1]
+    with catalog.connect() as con:
+        con.execute(
+            "DELETE FROM shards WHERE asset = ? AND shard = ?",
+            ["tokenized_documents", victim.shard],
+        )
+    assert (
+        len(catalog.current_shards("tokenized_documents")) == len(before["raw_documents"]) // 2 - 1
+    )
+    result = materialize(base / "input", root)
+    assert result.success
+    assert materializations(result)["tokenized_documents"]["shards_computed"].value == 0
+    assert output_checksums(root) == before
+
+
 @pytest.mark.parametrize("backend", ["multiprocess", pytest.param("ray", marks=pytest.mark.slow)])
 def test_every_backend_writes_identical_parquet(in_process_run, tmp_path, backend):
     base, _ = in_process_run
@@ -267,3 +289,32 @@ def test_bad_rows_in_a_new_file_are_rejects_and_the_run_succeeds(sample_input, t
         "SELECT reason, source_line FROM raw_documents_rejects WHERE source_file = 'empty.jsonl'"
     ) == [("empty_file", 0)]
     assert all(c.passed for c in result.get_asset_check_evaluations())
+
+
+def test_megatron_output_holds_every_document_in_the_batches_order(sample_input, tmp_path):
+    from llm_assets.lib.megatron import read_megatron
+
+    root = tmp_path / "wh"
+    result = materialize(
+        sample_input, root, training_batches={"layout": "padded", "seq_len": 4096, "megatron": True}
+    )
+    assert result.success
+    catalog = WarehouseResource(root=str(root)).catalog()
+    docs, tokens = catalog.query("SELECT count(*), sum(n_tokens) FROM filtered_documents")[0]
+    prefixes = materializations(result)[TRAINING_BATCHES]["megatron"].value
+    datasets = {split: read_megatron(prefix) for split, prefix in prefixes.items()}
+    assert sum(len(d) for d in datasets.values()) == docs
+    assert sum(int(d.sequence_lengths.sum()) for d in datasets.values()) == tokens + docs
+    # Same documents, same order as the padded batches of the train split (one doc per row).
+    train = datasets["train"]
+    batches = [
+        row[:n]
+        for shard in catalog.current_shards(TRAINING_BATCHES)
+        if "/part-train-" in shard.path
+        for row, n in zip(
+            pq.read_table(shard.path)["input_ids"].to_pylist(),
+            pq.read_table(shard.path)["n_tokens"].to_pylist(),
+            strict=True,
+        )
+    ]
+    assert [train[i][:-1].tolist() for i in range(len(train))] == batches

@@ -1,0 +1,116 @@
+"""The dataset reader over training_batches output: items equal the Parquet rows, shards over
+ranks and DataLoader workers partition the rows exactly, and mismatched metadata is refused."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from llm_assets.lib.batching import BatchSpec, batch_schema_metadata, pack_sequences
+from llm_assets.reader import (
+    IterableTokenBatches,
+    MetadataMismatchError,
+    TokenBatchDataset,
+    batch_files,
+)
+
+SEQ = 32
+
+
+def _write(folder, split: str, part: int, n_docs: int, seed: int, fingerprint: str = "fp") -> None:
+    rng = np.random.default_rng(seed)
+    docs = [rng.integers(0, 50_000, rng.integers(1, 90), dtype=np.uint16) for _ in range(n_docs)]
+    table, _ = pack_sequences(docs, SEQ, 50256, 50256, False, pa.uint16())
+    meta = batch_schema_metadata(
+        spec=BatchSpec(seq_len=SEQ),
+        tokenizer_name="gpt2",
+        tokenizer_fingerprint=fingerprint,
+        vocab_size=50257,
+        split=split,
+        input_fingerprint="in",
+    )
+    pq.write_table(
+        table.replace_schema_metadata(meta),
+        folder / f"part-{split}-{part:05d}.parquet",
+        row_group_size=7,
+    )
+
+
+@pytest.fixture
+def batches(tmp_path):
+    for part in range(3):
+        _write(tmp_path, "train", part, 20 + 5 * part, seed=part)
+    _write(tmp_path, "validation", 0, 6, seed=9)
+    return tmp_path
+
+
+def _all_rows(folder, split="train") -> list[list[int]]:
+    return [
+        row for f in batch_files(folder, split) for row in pq.read_table(f)["input_ids"].to_pylist()
+    ]
+
+
+def test_map_style_items_equal_the_parquet_rows(batches):
+    ds = TokenBatchDataset(batches, "train", expected_layout="packed", expected_seq_len=SEQ)
+    rows = _all_rows(batches)
+    assert len(ds) == len(rows)
+    for i in itertools.chain(range(len(ds)), [-1]):
+        item = ds[i]
+        assert item["input_ids"].tolist() == rows[i]
+        assert item["input_ids"].dtype == np.uint16 and len(item["attention_mask"]) == SEQ
+    assert ds.get_batch([0, 3])["input_ids"].shape == (2, SEQ)
+    with pytest.raises(IndexError):
+        ds[len(ds)]
+    assert ds.metadata["llm_assets.layout"] == "packed"
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3, 5])
+def test_ranks_partition_the_rows_without_overlap_or_gap(batches, world_size):
+    rows = _all_rows(batches)
+    seen = []
+    for rank in range(world_size):
+        ds = TokenBatchDataset(batches, "train", rank=rank, world_size=world_size)
+        seen += [ds[i]["input_ids"].tolist() for i in range(len(ds))]
+    assert seen == rows
+
+
+def test_iterable_covers_everything_once(batches):
+    rows = _all_rows(batches, "validation")
+    items = [x["input_ids"].tolist() for x in IterableTokenBatches(batches, "validation")]
+    assert items == rows
+
+
+def test_metadata_mismatch_is_refused_naming_file_and_key(batches, tmp_path_factory):
+    with pytest.raises(MetadataMismatchError, match=r"tokenizer\.fingerprint.*'other'"):
+        TokenBatchDataset(batches, "train", expected_tokenizer_fingerprint="other")
+    with pytest.raises(MetadataMismatchError, match="layout"):
+        TokenBatchDataset(batches, "train", expected_layout="padded")
+    with pytest.raises(MetadataMismatchError, match="seq_len"):
+        TokenBatchDataset(batches, "train", expected_seq_len=2048)
+    foreign = tmp_path_factory.mktemp("foreign")
+    pq.write_table(pa.table({"input_ids": [[1, 2]]}), foreign / "part-train-00000.parquet")
+    with pytest.raises(MetadataMismatchError, match="not an llm_assets batch file"):
+        TokenBatchDataset(foreign, "train")
+    with pytest.raises(FileNotFoundError):
+        TokenBatchDataset(foreign, "test")
+
+
+def test_torch_dataloader_workers_cover_each_sequence_once(batches):
+    torch = pytest.importorskip("torch")
+    from torch.utils.data import DataLoader
+
+    rows = _all_rows(batches)
+    loader = DataLoader(
+        IterableTokenBatches(batches, "train", return_tensors="pt"),
+        batch_size=None,
+        num_workers=2,
+    )
+    seen = sorted(tuple(x["input_ids"].tolist()) for x in loader)
+    assert seen == sorted(tuple(r) for r in rows)
+    assert isinstance(
+        TokenBatchDataset(batches, "train", return_tensors="pt")[0]["input_ids"], torch.Tensor
+    )
