@@ -143,18 +143,17 @@ def _decode(column: pa.ChunkedArray) -> Any:
     return array.to_numpy(zero_copy_only=False)
 
 
+def _item(column: tuple[np.ndarray, np.ndarray], i: int, tensors: bool) -> Any:
+    values, offsets = column
+    item = values[offsets[i] : offsets[i + 1]]
+    return torch.from_numpy(item.astype(np.int64)) if tensors else item
+
+
 def _row(decoded: dict[str, Any], i: int, tensors: bool) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for name, column in decoded.items():
-        if isinstance(column, tuple):
-            values, offsets = column
-            item = values[offsets[i] : offsets[i + 1]]
-            if tensors:
-                item = torch.from_numpy(item.astype(np.int64))
-        else:
-            item = column[i]
-        out[name] = item
-    return out
+    return {
+        name: _item(column, i, tensors) if isinstance(column, tuple) else column[i]
+        for name, column in decoded.items()
+    }
 
 
 class TokenBatchDataset(_MapBase):  # type: ignore[misc,valid-type]
@@ -236,5 +235,18 @@ class IterableTokenBatches(_IterBase):  # type: ignore[misc,valid-type]
     def __iter__(self) -> Iterator[dict[str, Any]]:
         worker, workers = _worker()
         start, stop = _shard_range(len(self._map), worker, workers)
-        for index in range(start, stop):
-            yield self._map[index]
+        files, tensors = self._map._files, self._map.tensors
+        row = self._map.start + start
+        end = self._map.start + stop
+        while row < end:
+            # Decode one row group, then yield numpy views into it (no per-item lookups).
+            group, first = files.locate(row)
+            decoded = files.group(group)
+            last = min(end, int(files.starts[group + 1])) - int(files.starts[group])
+            columns = [(name, col) for name, col in decoded.items()]
+            for i in range(first, last):
+                yield {
+                    name: (_item(col, i, tensors) if isinstance(col, tuple) else col[i])
+                    for name, col in columns
+                }
+            row += last - first

@@ -10,6 +10,6 @@ fi
 stamp=.venv/.llm-assets-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   .venv/bin/python -m pip install --quiet --upgrade pip
-  .venv/bin/python -m pip install --quiet -e ".[dev]"
+  .venv/bin/python -m pip install --quiet -e ".[dev,torch]"
   touch "$stamp"
 fi
