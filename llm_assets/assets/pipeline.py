@@ -80,7 +80,9 @@ class BatchesConfig(dg.Config):
     seq_len: int = Field(1024, description="Tokens per sequence (the maximum for padded layouts)")
     seed: int = Field(0, description="Seed of the shuffle, the split and the batch order")
     validation_fraction: float = Field(0.05, description="Share of documents in validation")
-    shuffle_buckets: int = Field(8, description="Minimum number of shuffle buckets (files/split)")
+    shuffle_buckets: int = Field(
+        1, description="Minimum shuffle buckets (files per split); more above 64 MB each"
+    )
     drop_remainder: bool = Field(False, description="packed: drop the last partial block")
     overflow: Literal["split", "truncate"] = Field(
         "split", description="packed: long documents continue in the next block, or are cut"

@@ -84,7 +84,7 @@ class BatchSpec:
     seq_len: int = 1024
     seed: int = 0
     validation_fraction: float = 0.05
-    shuffle_buckets: int = 8
+    shuffle_buckets: int = 1
     drop_remainder: bool = False
     overflow: str = "split"
     pad_to: str = "seq_len"
