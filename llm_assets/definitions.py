@@ -1,4 +1,5 @@
-"""The one ``dg.Definitions`` of the project: assets, checks, jobs and resources."""
+"""The one ``dg.Definitions`` of the project: assets, checks, jobs, schedules, sensors and
+resources."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import dagster as dg
 
 from llm_assets.assets.benchmark import benchmark_report
 from llm_assets.assets.pipeline import PIPELINE_ASSET_DEFS
+from llm_assets.automation import input_folder_sensor, nightly_pipeline, weekly_benchmark
 from llm_assets.compute.resource import ComputeResource
 from llm_assets.constants import BENCHMARK_JOB, BENCHMARK_REPORT, PIPELINE_ASSETS, PIPELINE_JOB
 from llm_assets.warehouse.resource import WarehouseResource
@@ -30,6 +32,8 @@ benchmark = dg.define_asset_job(
 defs = dg.Definitions(
     assets=[*PIPELINE_ASSET_DEFS, benchmark_report],
     jobs=[llm_pipeline, benchmark],
+    schedules=[nightly_pipeline, weekly_benchmark],
+    sensors=[input_folder_sensor],
     resources={"compute": ComputeResource(), "warehouse": WarehouseResource()},
     executor=dg.in_process_executor,
 )
