@@ -80,7 +80,7 @@ from llm_assets.warehouse.shards import (
 
 TOKENIZER_META = "llm_assets.tokenizer."
 DEFAULT_ROWS_PER_SHARD = 10_000
-SHUFFLE_BUCKET_BYTES = 64 * 1024 * 1024
+SHUFFLE_BUCKET_BYTES = 16 * 1024 * 1024
 """Target size of one shuffle bucket: bounds the memory of one gather task."""
 
 

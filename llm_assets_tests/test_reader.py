@@ -114,3 +114,24 @@ def test_torch_dataloader_workers_cover_each_sequence_once(batches):
     assert isinstance(
         TokenBatchDataset(batches, "train", return_tensors="pt")[0]["input_ids"], torch.Tensor
     )
+
+
+def test_reader_without_torch_returns_numpy_and_refuses_tensors(batches):
+    """Block the torch import in a fresh interpreter: the reader still works, with numpy."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['torch'] = None\n"
+        "from llm_assets.reader import TokenBatchDataset, IterableTokenBatches\n"
+        f"ds = TokenBatchDataset({str(batches)!r}, 'train')\n"
+        "import numpy as np; assert isinstance(ds[0]['input_ids'], np.ndarray)\n"
+        f"assert len(list(IterableTokenBatches({str(batches)!r}, 'train'))) == len(ds)\n"
+        "try:\n"
+        f"    TokenBatchDataset({str(batches)!r}, 'train', return_tensors='pt')\n"
+        "except ImportError as e:\n"
+        "    print('refused:', e)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "refused: return_tensors='pt' needs torch" in done.stdout

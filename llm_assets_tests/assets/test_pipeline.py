@@ -4,6 +4,7 @@ bad input, the checks, and the SQL views a user queries."""
 from __future__ import annotations
 
 import hashlib
+import shutil
 from pathlib import Path
 
 import dagster as dg
@@ -14,7 +15,7 @@ from llm_assets.assets.pipeline import PIPELINE_ASSET_DEFS
 from llm_assets.compute.resource import ComputeResource
 from llm_assets.constants import PIPELINE_ASSETS, TRAINING_BATCHES
 from llm_assets.warehouse.resource import WarehouseResource
-from llm_assets_tests.conftest import pipeline_run_config
+from llm_assets_tests.conftest import REPO, pipeline_run_config
 
 PLANTED_REJECTS = {
     "invalid_json",
@@ -318,3 +319,60 @@ def test_megatron_output_holds_every_document_in_the_batches_order(sample_input,
         )
     ]
     assert [train[i][:-1].tolist() for i in range(len(train))] == batches
+
+
+def test_sft_instructions_mask_the_prompt_and_review_labels_pass_through(tmp_path):
+    """The shipped instruction set end to end: prompt tokens are -100 in labels, response tokens
+    are learned; and review ratings become mapped sentiment labels in the batches."""
+    sft_input = tmp_path / "sft"
+    shutil.copytree(REPO / "data" / "instructions", sft_input)
+    template = "### Instruction:\n{instruction}\n\n### Input:\n{input}\n\n### Response:\n"
+    result = dg.materialize(
+        PIPELINE_ASSET_DEFS,
+        resources={
+            "compute": ComputeResource(),
+            "warehouse": WarehouseResource(root=str(tmp_path / "wh")),
+        },
+        run_config=pipeline_run_config(
+            sft_input,
+            raw_documents={"text_field": "output"},
+            normalized_documents={"preset": "none"},
+            tokenized_documents={"prompt_template": template},
+            filtered_documents={"min_tokens": 1},
+            training_batches={"layout": "padded", "seq_len": 512},
+        ),
+    )
+    assert result.success
+    catalog = WarehouseResource(root=str(tmp_path / "wh")).catalog()
+    prompts = dict(catalog.query("SELECT doc_id, prompt_tokens FROM filtered_documents"))
+    rows = catalog.query("SELECT doc_id, labels, attention_mask, n_tokens FROM training_batches")
+    assert len(rows) == len(prompts) > 150
+    for doc_id, labels, mask, n in rows:
+        p = prompts[doc_id]
+        assert all(x == -100 for x in labels[:p]) and -100 not in labels[p:n]
+        assert all(x == -100 for x in labels[n:]) and sum(mask) == n
+
+    reviews = tmp_path / "reviews"
+    reviews.mkdir()
+    shutil.copy(REPO / "data" / "sample" / "reviews.csv", reviews)
+    mapping = {"1": "negative", "2": "negative", "4": "positive", "5": "positive"}
+    result = dg.materialize(
+        PIPELINE_ASSET_DEFS,
+        resources={
+            "compute": ComputeResource(),
+            "warehouse": WarehouseResource(root=str(tmp_path / "wh2")),
+        },
+        run_config=pipeline_run_config(
+            reviews,
+            filtered_documents={"label_field": "rating", "label_mapping": mapping},
+            training_batches={"layout": "bucketed", "seq_len": 256},
+        ),
+    )
+    assert result.success
+    catalog = WarehouseResource(root=str(tmp_path / "wh2")).catalog()
+    labels = dict(catalog.query("SELECT label, count(*) FROM training_batches GROUP BY label"))
+    assert set(labels) == {"negative", "positive"}
+    unmapped = catalog.query(
+        "SELECT count(*) FROM filtered_documents_rejects WHERE reason = 'unmapped_label'"
+    )[0][0]
+    assert unmapped > 0  # the 3-star reviews
