@@ -98,8 +98,14 @@ def _worker() -> tuple[int, int]:
 class _Files:
     """Row-group index over the files: global row -> (file, row group, row in group)."""
 
-    def __init__(self, files: list[Path], expected: dict[str, str | None]) -> None:
+    def __init__(
+        self,
+        files: list[Path],
+        expected: dict[str, str | None],
+        columns: Sequence[str] | None = None,
+    ) -> None:
         self.files = files
+        self.columns = list(columns) if columns is not None else None
         self.metadata = [_check_metadata(p, expected) for p in files]
         starts: list[int] = []
         groups: list[tuple[int, int]] = []
@@ -124,7 +130,7 @@ class _Files:
         handle = self._handles.get(f)
         if handle is None:
             handle = self._handles[f] = pq.ParquetFile(self.files[f], memory_map=True)
-        table = handle.read_row_group(g)
+        table = handle.read_row_group(g, columns=self.columns)
         decoded = {name: _decode(table.column(name)) for name in table.column_names}
         self._cache = (index, decoded)
         return decoded
@@ -158,7 +164,8 @@ def _row(decoded: dict[str, Any], i: int, tensors: bool) -> dict[str, Any]:
 
 class TokenBatchDataset(_MapBase):  # type: ignore[misc,valid-type]
     """Map-style dataset over batch files: ``len`` is this rank's share, items are dicts of numpy
-    arrays (or int64 tensors with ``return_tensors="pt"``)."""
+    arrays (or int64 tensors with ``return_tensors="pt"``). ``columns`` limits what is decoded
+    (e.g. ``["input_ids", "position_ids"]``): fewer columns, less decompression."""
 
     def __init__(
         self,
@@ -171,6 +178,7 @@ class TokenBatchDataset(_MapBase):  # type: ignore[misc,valid-type]
         rank: int | None = None,
         world_size: int | None = None,
         return_tensors: str = "np",
+        columns: Sequence[str] | None = None,
     ) -> None:
         if return_tensors not in ("np", "pt"):
             raise ValueError(f"return_tensors must be 'np' or 'pt', got {return_tensors!r}")
@@ -182,7 +190,7 @@ class TokenBatchDataset(_MapBase):  # type: ignore[misc,valid-type]
             "seq_len": None if expected_seq_len is None else str(expected_seq_len),
             "split": split,
         }
-        self._files = _Files(batch_files(source, split), expected)
+        self._files = _Files(batch_files(source, split), expected, columns)
         default_rank, default_world = _default_rank()
         self.rank = default_rank if rank is None else rank
         self.world_size = default_world if world_size is None else world_size

@@ -135,3 +135,12 @@ def test_reader_without_torch_returns_numpy_and_refuses_tensors(batches):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert "refused: return_tensors='pt' needs torch" in done.stdout
+
+
+def test_columns_limits_what_is_decoded(batches):
+    ds = TokenBatchDataset(batches, "train", columns=["input_ids"])
+    assert set(ds[0]) == {"input_ids"}
+    assert [
+        x["input_ids"].tolist()
+        for x in IterableTokenBatches(batches, "train", columns=["input_ids"])
+    ] == _all_rows(batches)
