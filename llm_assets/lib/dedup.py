@@ -1,0 +1,398 @@
+"""Exact and near-duplicate detection.
+
+Two halves, so that a million documents fit in bounded memory on any backend:
+
+* Per shard (a worker, :func:`dedup_annotate`): each document gets the SHA-256 of its normalized
+  text (``content_hash``), its MinHash signature (``minhash``) and one hash per LSH band
+  (``minhash_bands``). Pure functions of the text with fixed seeds, so every backend computes the
+  same values.
+* Global (the driver, :func:`resolve_duplicates`): DuckDB groups the hashes of every shard, and of
+  earlier runs, on disk. Exact duplicates: the first document in stable order keeps its text.
+  Near duplicates: documents sharing a band bucket are candidate pairs, checked against the
+  Jaccard threshold on their full signatures, joined into clusters (union-find); the first member
+  of each cluster in stable order is its representative and is kept.
+
+Stable order is (the run that first saw the document, source file, source line): a file added
+later is deduplicated against what the warehouse already holds, never the other way round.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import xxhash
+
+from llm_assets.lib.schema import TEXT, StageResult, empty_rejects
+
+CONTENT_HASH = "content_hash"
+MINHASH = "minhash"
+MINHASH_BANDS = "minhash_bands"
+DEDUP_STAGE = "dedup"
+EXACT_DUPLICATE = "exact_duplicate"
+NEAR_DUPLICATE = "near_duplicate"
+
+_MASK32 = np.uint64(0xFFFFFFFF)
+_MIX = np.uint64(0x9E3779B97F4A7C15)
+_SHINGLE_CHUNK = 65_536
+"""Shingles per numpy step: bounds the (permutations x shingles) matrix to ~30 MB."""
+
+
+@dataclass(frozen=True)
+class ExactDedupSpec:
+    """SHA-256 of the normalized text; the first document in stable order is kept."""
+
+    enabled: bool = True
+
+
+@dataclass(frozen=True)
+class NearDedupSpec:
+    """MinHash over word n-grams with LSH banding (datatrove's defaults: 5-grams, 14 bands of 8).
+
+    Documents whose estimated Jaccard similarity reaches ``threshold`` join one cluster."""
+
+    enabled: bool = True
+    ngram: int = 5
+    num_perm: int = 112
+    bands: int = 14
+    threshold: float = 0.8
+    seed: int = 1
+
+    def __post_init__(self) -> None:
+        if self.ngram < 1:
+            raise ValueError(f"near-dedup ngram must be >= 1, got {self.ngram}")
+        if self.num_perm < 1 or self.bands < 1 or self.num_perm % self.bands:
+            raise ValueError(
+                f"near-dedup num_perm ({self.num_perm}) must be a positive multiple of "
+                f"bands ({self.bands})"
+            )
+        if not 0.0 < self.threshold <= 1.0:
+            raise ValueError(f"near-dedup threshold must be within (0, 1], got {self.threshold}")
+
+    @property
+    def rows(self) -> int:
+        """Signature values per band."""
+        return self.num_perm // self.bands
+
+
+def _permutations(spec: NearDedupSpec) -> tuple[np.ndarray, np.ndarray]:
+    """The ``a`` (odd) and ``b`` of each permutation ``a * h + b mod 2^32`` of the 32-bit shingle
+    hashes, drawn from the seed. Odd multipliers make each map a bijection; uint32 arithmetic keeps
+    the (permutations x shingles) matrix at half the memory traffic of a 61-bit prime field."""
+    rng = np.random.default_rng(spec.seed)
+    a = (rng.integers(0, 1 << 32, size=spec.num_perm, dtype=np.uint64) | 1).astype(np.uint32)
+    b = rng.integers(0, 1 << 32, size=spec.num_perm, dtype=np.uint64).astype(np.uint32)
+    return a, b
+
+
+def content_hashes(texts: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """SHA-256 (hex) of each text's UTF-8 bytes."""
+    return pa.array(
+        [hashlib.sha256(t.encode()).hexdigest() for t in texts.to_pylist()], pa.string()
+    )
+
+
+def shingle_hashes(
+    texts: pa.Array | pa.ChunkedArray, ngram: int, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """32-bit hashes of every word n-gram of every text, and the index of the text each belongs
+    to (ascending). Words are lowercased and split on whitespace; a text shorter than ``ngram``
+    words is one shingle of all its words; a text without words has none. Vectorized: each
+    distinct word is hashed once per batch, n-gram hashes are mixed from word hashes with numpy."""
+    words = pc.utf8_split_whitespace(pc.utf8_lower(texts))
+    if isinstance(words, pa.ChunkedArray):
+        words = words.combine_chunks()
+    flat = words.flatten()
+    # Arrow splits "" (and leading/trailing whitespace) into empty words: drop them.
+    nonempty = pc.greater(pc.binary_length(flat), 0)
+    parents = pc.list_parent_indices(words).to_numpy()[nonempty.to_numpy(zero_copy_only=False)]
+    flat = flat.filter(nonempty)
+    counts = np.bincount(parents, minlength=len(words)).astype(np.int64)
+    if len(flat) == 0:
+        return np.zeros(0, np.uint32), np.zeros(0, np.int64)
+    encoded = flat.dictionary_encode()
+    word_hash = np.array(
+        [xxhash.xxh64_intdigest(w.encode(), seed) for w in encoded.dictionary.to_pylist()],
+        dtype=np.uint64,
+    )
+    hashes = np.concatenate([word_hash[encoded.indices.to_numpy()], np.zeros(ngram, np.uint64)])
+    owner_of_word = np.repeat(np.arange(len(counts)), counts)
+    ends = np.cumsum(counts)
+    total = len(flat)
+    # The n-gram starting at every word position (positions near a text's end are dropped).
+    mixed = hashes[:total].copy()
+    with np.errstate(over="ignore"):
+        for k in range(1, ngram):
+            mixed = (mixed * _MIX) ^ hashes[k : total + k]
+    positions = np.arange(total)
+    full = positions + ngram <= ends[owner_of_word]
+    shingles, owner = mixed[full], owner_of_word[full]
+    short = np.flatnonzero((counts > 0) & (counts < ngram))
+    if len(short):  # texts with fewer words than the n-gram: one shingle of all their words
+        extra = np.zeros(len(short), np.uint64)
+        starts = ends[short] - counts[short]
+        with np.errstate(over="ignore"):
+            for k in range(int(counts[short].max())):
+                take = k < counts[short]
+                step = (extra * _MIX) ^ hashes[np.where(take, starts + k, 0)]
+                extra = np.where(take, step if k else hashes[starts], extra)
+        order = np.argsort(np.concatenate([owner, short]), kind="stable")
+        shingles = np.concatenate([shingles, extra])[order]
+        owner = np.concatenate([owner, short])[order]
+    folded = ((shingles >> np.uint64(32)) ^ (shingles & _MASK32)).astype(np.uint32)
+    return folded, owner
+
+
+def minhash_signatures(texts: pa.Array | pa.ChunkedArray, spec: NearDedupSpec) -> np.ndarray:
+    """MinHash signatures, shape (texts, num_perm), uint32. A text without words gets all-ones
+    (``0xFFFFFFFF``)."""
+    shingles, owner = shingle_hashes(texts, spec.ngram, spec.seed)
+    a, b = _permutations(spec)
+    signatures = np.full((spec.num_perm, len(texts)), 0xFFFFFFFF, dtype=np.uint32)
+    for lo in range(0, len(shingles), _SHINGLE_CHUNK):
+        chunk = shingles[lo : lo + _SHINGLE_CHUNK]
+        rows = owner[lo : lo + _SHINGLE_CHUNK]
+        permuted = a[:, None] * chunk[None, :]
+        permuted += b[:, None]
+        # Shingles of one text are contiguous: reduce each run, then fold into the signature
+        # (a text may straddle two chunks).
+        bounds = np.flatnonzero(np.diff(rows, prepend=-1))
+        mins = np.minimum.reduceat(permuted, bounds, axis=1)
+        here = rows[bounds]
+        signatures[:, here] = np.minimum(signatures[:, here], mins)
+    return np.ascontiguousarray(signatures.T)
+
+
+def band_hashes(signatures: np.ndarray, spec: NearDedupSpec) -> np.ndarray:
+    """One 64-bit hash per LSH band, shape (texts, bands), as int64 (DuckDB-friendly)."""
+    n = signatures.shape[0]
+    grouped = signatures.astype(np.uint64).reshape(n, spec.bands, spec.rows)
+    mixed = np.full((n, spec.bands), np.uint64(spec.seed), dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for r in range(spec.rows):
+            mixed = (mixed ^ grouped[:, :, r]) * _MIX
+            mixed ^= mixed >> np.uint64(29)
+        # The band number goes into the hash: equal values in different bands never collide.
+        mixed ^= np.arange(spec.bands, dtype=np.uint64)[None, :] * np.uint64(0xBF58476D1CE4E5B9)
+    return mixed.view(np.int64)
+
+
+def dedup_annotate(table: pa.Table, exact: ExactDedupSpec, near: NearDedupSpec) -> StageResult:
+    """Kernel (per shard): add ``content_hash`` and, with near-dedup on, ``minhash`` and
+    ``minhash_bands`` columns; drops nothing (the global step decides)."""
+    texts = table[TEXT]
+    if exact.enabled:
+        table = table.append_column(pa.field(CONTENT_HASH, pa.string()), content_hashes(texts))
+    if near.enabled:
+        signatures = minhash_signatures(texts, near)
+        bands = band_hashes(signatures, near)
+        table = table.append_column(
+            pa.field(MINHASH, pa.list_(pa.uint32(), near.num_perm)),
+            pa.FixedSizeListArray.from_arrays(pa.array(signatures.reshape(-1)), near.num_perm),
+        ).append_column(
+            pa.field(MINHASH_BANDS, pa.list_(pa.int64(), near.bands)),
+            pa.FixedSizeListArray.from_arrays(pa.array(bands.reshape(-1)), near.bands),
+        )
+    return StageResult(table, empty_rejects())
+
+
+def jaccard_estimate(left: np.ndarray, right: np.ndarray) -> np.ndarray:
+    """Share of equal signature values, row by row (the MinHash estimate of Jaccard similarity)."""
+    return (left == right).mean(axis=1)
+
+
+class UnionFind:
+    """Disjoint sets over hashable items; the root of each set is its smallest ``key``."""
+
+    def __init__(self, key: Any) -> None:
+        self.parent: dict[Any, Any] = {}
+        self.key = key
+
+    def find(self, x: Any) -> Any:
+        parent = self.parent
+        root = x
+        while parent.get(root, root) != root:
+            root = parent[root]
+        while parent.get(x, x) != root:  # path compression
+            parent[x], x = root, parent[x]
+        return root
+
+    def union(self, x: Any, y: Any) -> None:
+        rx, ry = self.find(x), self.find(y)
+        if rx == ry:
+            return
+        if self.key(ry) < self.key(rx):
+            rx, ry = ry, rx
+        self.parent[ry] = rx
+        self.parent.setdefault(rx, rx)
+
+
+# --- global resolution (driver) -------------------------------------------------------------------
+SEEN_TABLE = "dedup_seen"
+"""Catalog table: every document id the dedup step has seen, with the ordinal of the run that
+first saw it. It is what makes "first" stable across runs."""
+
+DROPS_SCHEMA = pa.schema(
+    [
+        pa.field("shard", pa.string(), nullable=False),
+        pa.field("doc_id", pa.string(), nullable=False),
+        pa.field("reason", pa.string(), nullable=False),
+        pa.field("value", pa.string()),
+    ]
+)
+"""The documents the global step removes, by shard, with their reason and value."""
+
+
+@dataclass(frozen=True)
+class DedupOutcome:
+    """What :func:`resolve_duplicates` found."""
+
+    drops: pa.Table
+    exact_removed: int
+    near_removed: int
+    near_clusters: int
+    candidate_pairs: int
+    seconds: float
+    path: str = ""
+    """Where the driver wrote ``drops`` (set by the caller)."""
+
+
+def resolve_duplicates(
+    con: Any,
+    shards: list[tuple[str, str]],
+    exact: ExactDedupSpec,
+    near: NearDedupSpec,
+) -> DedupOutcome:
+    """Decide, over every shard at once, which documents are duplicates.
+
+    ``con`` is a writable DuckDB connection to the catalog (``dedup_seen`` lives there);
+    ``shards`` are ``(shard key, parquet path)`` of annotated shards. Work happens in DuckDB
+    (spilling to disk when needed); Python sees only candidate pairs."""
+    started = time.perf_counter()
+    con.execute(f"CREATE TABLE IF NOT EXISTS {SEEN_TABLE} (doc_id VARCHAR PRIMARY KEY, run BIGINT)")
+    con.execute("CREATE OR REPLACE TEMP TABLE dd_files (path VARCHAR, shard VARCHAR)")
+    con.executemany("INSERT INTO dd_files VALUES (?, ?)", [[p, s] for s, p in shards])
+    paths = [p for _, p in shards]
+    hash_col = f", {CONTENT_HASH}" if exact.enabled else ""
+    band_col = f", {MINHASH_BANDS}" if near.enabled else ""
+    con.execute(
+        "CREATE OR REPLACE TEMP TABLE dd_docs AS SELECT f.shard, d.doc_id, d.source_file, "
+        f"d.source_line{hash_col}{band_col} FROM read_parquet(?, filename = true) d "
+        "JOIN dd_files f ON f.path = d.filename",
+        [paths],
+    )
+    next_run = con.execute(f"SELECT coalesce(max(run), 0) + 1 FROM {SEEN_TABLE}").fetchone()[0]
+    con.execute(
+        f"INSERT INTO {SEEN_TABLE} SELECT DISTINCT doc_id, ? FROM dd_docs "
+        f"WHERE doc_id NOT IN (SELECT doc_id FROM {SEEN_TABLE})",
+        [next_run],
+    )
+    con.execute(
+        "CREATE OR REPLACE TEMP TABLE dd_ordered AS SELECT d.*, s.run AS seen_run "
+        f"FROM dd_docs d JOIN {SEEN_TABLE} s USING (doc_id)"
+    )
+    order = "seen_run, source_file, source_line, doc_id"
+    drops: list[pa.Table] = [DROPS_SCHEMA.empty_table()]
+    exact_removed = 0
+    if exact.enabled:
+        exact_drops = con.sql(
+            "SELECT shard, doc_id, ? AS reason, "
+            "'duplicate of ' || keeper || ' (' || keeper_file || ':' || keeper_line || ')' "
+            "AS value FROM (SELECT shard, doc_id, "
+            f"first_value(doc_id) OVER w AS keeper, first_value(source_file) OVER w AS keeper_file,"
+            f" first_value(source_line) OVER w AS keeper_line FROM dd_ordered "
+            f"WINDOW w AS (PARTITION BY {CONTENT_HASH} ORDER BY {order})) "
+            "WHERE doc_id <> keeper ORDER BY shard, doc_id",
+            params=[EXACT_DUPLICATE],
+        ).to_arrow_table()
+        exact_removed = exact_drops.num_rows
+        drops.append(exact_drops.cast(DROPS_SCHEMA))
+        con.register("dd_exact_drops", exact_drops)
+        con.execute("DELETE FROM dd_ordered WHERE doc_id IN (SELECT doc_id FROM dd_exact_drops)")
+        con.unregister("dd_exact_drops")
+    near_removed = clusters = pairs_count = 0
+    if near.enabled:
+        # Each band bucket with more than one document: pair every member with the bucket's
+        # first member in stable order (a star, not all pairs: linear in the bucket's size).
+        con.execute(
+            "CREATE OR REPLACE TEMP TABLE dd_pairs AS SELECT DISTINCT doc_id, rep FROM ("
+            f"SELECT doc_id, first_value(doc_id) OVER (PARTITION BY h ORDER BY {order}) AS rep "
+            f"FROM (SELECT doc_id, seen_run, source_file, source_line, unnest({MINHASH_BANDS}) "
+            "AS h FROM dd_ordered)) WHERE doc_id <> rep"
+        )
+        pairs = con.sql(
+            f"SELECT p.doc_id, p.rep, a.{MINHASH} AS sig_a, b.{MINHASH} AS sig_b FROM dd_pairs p "
+            f"JOIN (SELECT doc_id, {MINHASH} FROM read_parquet(?)) a ON a.doc_id = p.doc_id "
+            f"JOIN (SELECT doc_id, {MINHASH} FROM read_parquet(?)) b ON b.doc_id = p.rep "
+            "ORDER BY p.doc_id, p.rep",
+            params=[paths, paths],
+        ).to_arrow_table()
+        pairs_count = pairs.num_rows
+        if pairs_count:
+            sig_a = _signature_matrix(pairs["sig_a"], near.num_perm)
+            sig_b = _signature_matrix(pairs["sig_b"], near.num_perm)
+            similarity = jaccard_estimate(sig_a, sig_b)
+            similar = similarity >= near.threshold
+            left = pairs["doc_id"].to_pylist()
+            right = pairs["rep"].to_pylist()
+            members = sorted(
+                {d for i, d in enumerate(left) if similar[i]}
+                | {d for i, d in enumerate(right) if similar[i]}
+            )
+            con.execute("CREATE OR REPLACE TEMP TABLE dd_members (doc_id VARCHAR)")
+            con.executemany("INSERT INTO dd_members VALUES (?)", [[d] for d in members])
+            info = {
+                row[0]: row[1:]
+                for row in con.execute(
+                    "SELECT doc_id, seen_run, source_file, source_line, shard FROM dd_ordered "
+                    "WHERE doc_id IN (SELECT doc_id FROM dd_members)"
+                ).fetchall()
+            }
+            forest = UnionFind(key=lambda d: (*info[d][:3], d))
+            best: dict[str, tuple[float, str]] = {}
+            for i in np.flatnonzero(similar):
+                a_id, b_id = left[i], right[i]
+                forest.union(a_id, b_id)
+                score = float(similarity[i])
+                for x, y in ((a_id, b_id), (b_id, a_id)):
+                    if x not in best or score > best[x][0]:
+                        best[x] = (score, y)
+            roots = {d: forest.find(d) for d in members}
+            sizes: dict[str, int] = {}
+            for root in roots.values():
+                sizes[root] = sizes.get(root, 0) + 1
+            clusters = len(sizes)
+            rows = [
+                (
+                    info[d][3],
+                    d,
+                    NEAR_DUPLICATE,
+                    f"cluster {root} of {sizes[root]}; jaccard {best[d][0]:.2f} with {best[d][1]}",
+                )
+                for d, root in sorted(roots.items())
+                if d != root
+            ]
+            near_removed = len(rows)
+            if rows:
+                columns = [list(c) for c in zip(*rows, strict=True)]
+                drops.append(pa.table(columns, schema=DROPS_SCHEMA))
+    for name in ("dd_files", "dd_docs", "dd_ordered", "dd_pairs", "dd_members"):
+        con.execute(f"DROP TABLE IF EXISTS {name}")
+    return DedupOutcome(
+        drops=pa.concat_tables(drops).sort_by([("shard", "ascending"), ("doc_id", "ascending")]),
+        exact_removed=exact_removed,
+        near_removed=near_removed,
+        near_clusters=clusters,
+        candidate_pairs=pairs_count,
+        seconds=time.perf_counter() - started,
+    )
+
+
+def _signature_matrix(column: pa.ChunkedArray, num_perm: int) -> np.ndarray:
+    flat = pa.concat_arrays([c.flatten() for c in column.chunks]) if column.num_chunks else []
+    return np.asarray(flat, dtype=np.uint32).reshape(-1, num_perm)

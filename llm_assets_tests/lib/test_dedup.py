@@ -1,0 +1,224 @@
+"""Exact and near-duplicate detection: the per-shard annotation and the global DuckDB step."""
+
+from __future__ import annotations
+
+import random
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from llm_assets.lib.dedup import (
+    CONTENT_HASH,
+    EXACT_DUPLICATE,
+    MINHASH,
+    MINHASH_BANDS,
+    NEAR_DUPLICATE,
+    ExactDedupSpec,
+    NearDedupSpec,
+    UnionFind,
+    dedup_annotate,
+    jaccard_estimate,
+    minhash_signatures,
+    resolve_duplicates,
+    shingle_hashes,
+)
+
+VOCAB = [f"word{i}" for i in range(3000)]
+
+
+def _doc(rng: random.Random, words: int = 80) -> list[str]:
+    return [rng.choice(VOCAB) for _ in range(words)]
+
+
+def _edit(words: list[str], changes: int, rng: random.Random) -> list[str]:
+    """A copy with ``changes`` words replaced at random positions."""
+    out = list(words)
+    for i in rng.sample(range(len(out)), changes):
+        out[i] = f"edit{i}"
+    return out
+
+
+def _shingles(text: str, n: int = 5) -> set[tuple[str, ...]]:
+    w = text.lower().split()
+    return {tuple(w[i : i + n]) for i in range(max(len(w) - n + 1, 1))}
+
+
+def _jaccard(a: str, b: str) -> float:
+    sa, sb = _shingles(a), _shingles(b)
+    return len(sa & sb) / len(sa | sb)
+
+
+def _table(texts: list[str], prefix: str = "d", source: str = "f.jsonl") -> pa.Table:
+    n = len(texts)
+    return pa.table(
+        {
+            "doc_id": pa.array([f"{prefix}{i:04d}" for i in range(n)], pa.string()),
+            "source_file": pa.array([source] * n, pa.string()),
+            "source_line": pa.array(range(1, n + 1), pa.int64()),
+            "text": pa.array(texts, pa.string()),
+        }
+    )
+
+
+def test_shingles_match_a_python_reference():
+    texts = ["A b c d e f", "a B c d e f", "one two", "", "x  y\nz w v u t"]
+    hashes, owner = shingle_hashes(pa.array(texts), 5, seed=1)
+    per_text = [set(hashes[owner == i].tolist()) for i in range(len(texts))]
+    assert per_text[0] == per_text[1]  # case-insensitive
+    assert [len(s) for s in per_text] == [2, 2, 1, 0, 3]
+    assert list(owner) == sorted(owner)
+
+
+def test_signature_estimates_jaccard_without_bias():
+    rng = random.Random(3)
+    left, right = [], []
+    for _ in range(300):
+        base = _doc(rng)
+        left.append(" ".join(base))
+        right.append(" ".join(_edit(base, rng.randint(1, 8), rng)))
+    spec = NearDedupSpec()
+    estimate = jaccard_estimate(
+        minhash_signatures(pa.array(left), spec), minhash_signatures(pa.array(right), spec)
+    )
+    true = np.array([_jaccard(a, b) for a, b in zip(left, right, strict=True)])
+    assert abs(float((estimate - true).mean())) < 0.01
+    assert float(np.abs(estimate - true).mean()) < 0.06
+
+
+def test_signatures_do_not_depend_on_batching():
+    rng = random.Random(5)
+    texts = [" ".join(_doc(rng, rng.randint(1, 200))) for _ in range(300)]
+    spec = NearDedupSpec()
+    whole = minhash_signatures(pa.array(texts), spec)
+    parts = np.vstack(
+        [minhash_signatures(pa.array(texts[i : i + 7]), spec) for i in range(0, 300, 7)]
+    )
+    assert (whole == parts).all()
+
+
+def test_annotate_adds_hash_and_signature_columns_and_drops_nothing():
+    table = _table(["same text here", "same text here", "other"])
+    result = dedup_annotate(table, ExactDedupSpec(), NearDedupSpec())
+    kept = result.kept
+    assert result.rejects.num_rows == 0 and kept.num_rows == 3
+    hashes = kept[CONTENT_HASH].to_pylist()
+    assert hashes[0] == hashes[1] != hashes[2] and len(hashes[0]) == 64
+    assert kept.schema.field(MINHASH).type.list_size == 112
+    assert kept.schema.field(MINHASH_BANDS).type.list_size == 14
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"num_perm": 100, "bands": 14}, "multiple"),
+        ({"threshold": 0}, "threshold"),
+        ({"ngram": 0}, "ngram"),
+    ],
+)
+def test_bad_near_spec_is_refused(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        NearDedupSpec(**kwargs)
+
+
+def test_union_find_roots_are_the_smallest_key():
+    forest = UnionFind(key=lambda x: x)
+    forest.union("c", "d")
+    forest.union("b", "d")
+    forest.union("x", "y")
+    assert {forest.find(v) for v in "bcd"} == {"b"}
+    assert forest.find("y") == "x" and forest.find("q") == "q"
+
+
+def _write_shards(tmp_path, tables: dict[str, pa.Table]) -> list[tuple[str, str]]:
+    out = []
+    for key, table in tables.items():
+        annotated = dedup_annotate(table, ExactDedupSpec(), NearDedupSpec()).kept
+        path = tmp_path / f"{key}.parquet"
+        pq.write_table(annotated, path)
+        out.append((key, str(path)))
+    return out
+
+
+def _planted_corpus(seed: int = 7) -> tuple[list[str], dict[int, str]]:
+    """200 unrelated documents plus planted copies: index -> expected reason."""
+    rng = random.Random(seed)
+    docs = [" ".join(_doc(rng)) for _ in range(200)]
+    expected: dict[int, str] = {}
+    base = docs[10].split()
+    docs.append(docs[10])  # 200: exact copy
+    expected[200] = EXACT_DUPLICATE
+    docs.append(" ".join(_edit(base, 1, rng)))  # 201: one word edited, J ~ 0.88
+    expected[201] = NEAR_DUPLICATE
+    docs.append(" ".join(_edit(base, 2, rng)))  # 202: two words, J ~ 0.77..0.8
+    docs.append(" ".join(_edit(docs[20].split(), 20, rng)))  # 203: 20 of 80 edited: J < 0.3
+    return docs, expected
+
+
+def test_resolve_finds_planted_exact_and_near_duplicates(tmp_path):
+    docs, expected = _planted_corpus()
+    shards = _write_shards(tmp_path, {"s0": _table(docs[:120]), "s1": _table(docs[120:], "e")})
+    con = duckdb.connect(str(tmp_path / "catalog.duckdb"))
+    outcome = resolve_duplicates(con, shards, ExactDedupSpec(), NearDedupSpec(threshold=0.85))
+    dropped = dict(
+        zip(outcome.drops["doc_id"].to_pylist(), outcome.drops["reason"].to_pylist(), strict=True)
+    )
+    ids = [f"d{i:04d}" for i in range(120)] + [f"e{i:04d}" for i in range(len(docs) - 120)]
+    assert dropped == {ids[i]: reason for i, reason in expected.items()}
+    assert _jaccard(docs[10], docs[202]) < 0.85 and _jaccard(docs[10], docs[201]) >= 0.85
+    values = dict(
+        zip(outcome.drops["doc_id"].to_pylist(), outcome.drops["value"].to_pylist(), strict=True)
+    )
+    assert values[ids[200]] == "duplicate of d0010 (f.jsonl:11)"
+    assert values[ids[201]].startswith("cluster d0010 of 2; jaccard 0.")
+    assert outcome.drops["shard"].to_pylist() == ["s1", "s1"]
+
+
+def test_cluster_keeps_the_first_in_stable_order_and_counts_members(tmp_path):
+    rng = random.Random(11)
+    base = _doc(rng, 200)
+    docs = [" ".join(_edit(base, 1, rng)) for _ in range(4)]  # four one-word edits of one text
+    shards = _write_shards(tmp_path, {"s0": _table(docs)})
+    con = duckdb.connect(str(tmp_path / "c.duckdb"))
+    outcome = resolve_duplicates(con, shards, ExactDedupSpec(), NearDedupSpec())
+    assert outcome.drops["doc_id"].to_pylist() == ["d0001", "d0002", "d0003"]
+    assert all(v.startswith("cluster d0000 of 4;") for v in outcome.drops["value"].to_pylist())
+    assert outcome.near_clusters == 1
+
+
+def test_later_runs_are_deduplicated_against_earlier_ones(tmp_path):
+    """A file added later loses to what the warehouse holds, even when its name sorts first."""
+    rng = random.Random(13)
+    docs = [" ".join(_doc(rng)) for _ in range(20)]
+    con = duckdb.connect(str(tmp_path / "c.duckdb"))
+    first = _write_shards(tmp_path, {"b": _table(docs, "b", "b.jsonl")})
+    assert resolve_duplicates(con, first, ExactDedupSpec(), NearDedupSpec()).drops.num_rows == 0
+    later = _write_shards(tmp_path, {"a": _table([docs[3], "fresh text " * 9], "a", "a.jsonl")})
+    outcome = resolve_duplicates(con, later + first, ExactDedupSpec(), NearDedupSpec())
+    assert outcome.drops["doc_id"].to_pylist() == ["a0000"]
+    assert outcome.drops["value"].to_pylist() == ["duplicate of b0003 (b.jsonl:4)"]
+    again = resolve_duplicates(con, later + first, ExactDedupSpec(), NearDedupSpec())
+    assert again.drops.equals(outcome.drops)
+
+
+def test_only_exact_or_only_near(tmp_path):
+    docs, _ = _planted_corpus()
+    shards = _write_shards(tmp_path, {"s0": _table(docs)})
+    exact_only = resolve_duplicates(
+        duckdb.connect(str(tmp_path / "a.duckdb")),
+        shards,
+        ExactDedupSpec(),
+        NearDedupSpec(enabled=False),
+    )
+    assert set(exact_only.drops["reason"].to_pylist()) == {EXACT_DUPLICATE}
+    near_only = resolve_duplicates(
+        duckdb.connect(str(tmp_path / "b.duckdb")),
+        shards,
+        ExactDedupSpec(enabled=False),
+        NearDedupSpec(),
+    )
+    # Without exact dedup the exact copy is a near duplicate (Jaccard 1.0) of the same cluster.
+    assert set(near_only.drops["reason"].to_pylist()) == {NEAR_DUPLICATE}
+    assert near_only.drops.num_rows >= 2
