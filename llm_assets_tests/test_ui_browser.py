@@ -1,0 +1,335 @@
+"""The pipeline as a person runs it in the Dagster UI, end to end in a real browser.
+
+``dagster-webserver`` serves the code location from a temporary working directory: the assets'
+relative defaults (input ``data/sample``, warehouse ``data/warehouse``) resolve there, so the run
+reads a private copy of the shipped sample and writes a private warehouse; ``DAGSTER_HOME`` is a
+temporary instance too. Debian's chromium (never a downloaded browser) opens the asset group,
+clicks *Materialize all*, waits for the run to succeed, then checks that every asset's page shows
+the row count that the materialization event and the DuckDB catalog hold. A screenshot of the
+asset graph goes to ``benchmarks/results/ui_screenshot.png``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import dagster as dg
+import pytest
+from playwright.sync_api import Page, expect, sync_playwright
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+from llm_assets.constants import (
+    CATALOG_FILE,
+    DEFAULT_INPUT_DIR,
+    DEFAULT_WAREHOUSE_DIR,
+    GROUP_NAME,
+    PIPELINE_ASSETS,
+)
+from llm_assets.warehouse.catalog import Catalog
+from llm_assets_tests.conftest import REPO
+
+CHROMIUM = Path("/usr/bin/chromium")
+SCREENSHOT_COPY = REPO / "benchmarks" / "results" / "ui_screenshot.png"
+SERVER_START_TIMEOUT_S = 120
+RUN_TIMEOUT_S = 300
+UI_TIMEOUT_MS = 30_000
+VIEWPORT = {"width": 1600, "height": 1000}
+
+# A minimal instance: runs launch at once (the default queued coordinator needs a daemon, which
+# this test does not start) and nothing is reported anywhere.
+DAGSTER_YAML = """\
+run_coordinator:
+  module: dagster._core.run_coordinator
+  class: DefaultRunCoordinator
+telemetry:
+  enabled: false
+"""
+
+_LOCATIONS_QUERY = """{ workspaceOrError { __typename
+  ... on Workspace { locationEntries { name locationOrLoadError { __typename
+    ... on PythonError { message }
+    ... on RepositoryLocation { repositories { name } } } } }
+  ... on PythonError { message } } }"""
+
+
+@dataclass
+class Webserver:
+    """A running ``dagster-webserver`` and the temporary folders it works in."""
+
+    url: str
+    home: Path
+    workdir: Path
+    log: Path
+    process: subprocess.Popen
+
+    def log_tail(self, chars: int = 6000) -> str:
+        """The end of the server's combined stdout and stderr."""
+        text = self.log.read_text(errors="replace") if self.log.exists() else "(no log)"
+        return text[-chars:]
+
+    def graphql(self, query: str) -> dict:
+        """The ``data`` of one GraphQL query against the server."""
+        request = urllib.request.Request(
+            f"{self.url}/graphql",
+            data=json.dumps({"query": query}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=30) as response:
+            payload = json.load(response)
+        assert "errors" not in payload, payload
+        return payload["data"]
+
+
+def _free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _wait_until_serving(server: Webserver) -> None:
+    """Poll ``/server_info`` until it answers; fail with the server's log otherwise."""
+    deadline = time.monotonic() + SERVER_START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if server.process.poll() is not None:
+            pytest.fail(
+                f"dagster-webserver exited with {server.process.returncode} before serving:\n"
+                + server.log_tail()
+            )
+        try:
+            with urllib.request.urlopen(f"{server.url}/server_info", timeout=5) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.5)
+    pytest.fail(
+        f"dagster-webserver did not answer /server_info within {SERVER_START_TIMEOUT_S} s:\n"
+        + server.log_tail()
+    )
+
+
+def _stop(process: subprocess.Popen) -> None:
+    """End the server's whole process group (code server and run workers included): SIGTERM,
+    then SIGKILL for whatever is left."""
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=15)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait(timeout=15)
+
+
+@pytest.fixture
+def webserver(tmp_path: Path, sample_input: Path) -> Iterator[Webserver]:
+    """``dagster-webserver`` on a free local port, with a temporary instance and working
+    directory holding a copy of the shipped sample where the input default points."""
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text(DAGSTER_YAML)
+    # The instance remembers that the welcome dialog was seen: it would cover the page otherwise.
+    (home / ".nux").mkdir()
+    (home / ".nux" / "nux.yaml").write_text("seen: 1\n")
+
+    workdir = tmp_path / "work"
+    input_dir = workdir / DEFAULT_INPUT_DIR
+    shutil.copytree(sample_input, input_dir)
+    env = {
+        **os.environ,
+        "DAGSTER_HOME": str(home),
+        "LLM_ASSETS_DATA_ROOT": str(workdir / "data"),
+        "LLM_ASSETS_INPUT_DIR": str(input_dir),
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "PYTHONUNBUFFERED": "1",
+    }
+    port = _free_port()
+    executable = Path(sys.executable).with_name("dagster-webserver")
+    log = tmp_path / "webserver.log"
+    with log.open("wb") as log_file:
+        process = subprocess.Popen(
+            [str(executable), "-h", "127.0.0.1", "-p", str(port), "-m", "llm_assets.definitions"],
+            cwd=workdir,
+            env=env,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    server = Webserver(f"http://127.0.0.1:{port}", home, workdir, log, process)
+    try:
+        _wait_until_serving(server)
+        yield server
+    finally:
+        _stop(process)
+
+
+def _group_path(server: Webserver) -> str:
+    """The UI path of the pipeline's asset group; fails with the load error when the code
+    location did not load."""
+    deadline = time.monotonic() + SERVER_START_TIMEOUT_S
+    while True:
+        workspace = server.graphql(_LOCATIONS_QUERY)["workspaceOrError"]
+        assert workspace["__typename"] == "Workspace", workspace
+        entries = workspace["locationEntries"]
+        assert len(entries) == 1, entries
+        location = entries[0]["locationOrLoadError"]
+        if location is not None or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)  # still loading
+    assert location and location["__typename"] == "RepositoryLocation", (
+        f"code location {entries[0]['name']} did not load: {location}\n" + server.log_tail()
+    )
+    repository = location["repositories"][0]["name"]
+    return f"/locations/{repository}@{entries[0]['name']}/asset-groups/{GROUP_NAME}"
+
+
+def _launch_from_the_page(page: Page) -> str:
+    """Click *Materialize all*, confirm a launch dialog if one opens, and return the run's path
+    from the "Launched run" toast."""
+    page.get_by_role("button", name="Materialize all").click()
+    toast_link = page.get_by_role("link", name="View", exact=True)
+    dialog = page.get_by_role("dialog")
+    deadline = time.monotonic() + UI_TIMEOUT_MS / 1000
+    while time.monotonic() < deadline:
+        if toast_link.count():
+            href = toast_link.first.get_attribute("href") or ""
+            assert re.fullmatch(r"/runs/[0-9a-f-]{36}", href), href
+            return href
+        if dialog.count() and dialog.first.is_visible():
+            dialog.first.get_by_role(
+                "button", name=re.compile(r"^(Launch run|Materialize|Confirm)")
+            ).first.click()
+        page.wait_for_timeout(250)
+    raise AssertionError("no 'Launched run' toast after clicking Materialize all")
+
+
+def _wait_for_run_status(page: Page, url: str) -> str:
+    """The run's final status as the run page shows it (reloaded now and then, in case the live
+    update stalls)."""
+    status = page.get_by_text(re.compile(r"^(Success|Failure|Canceled)$"))
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    page.goto(url)
+    while time.monotonic() < deadline:
+        try:
+            status.first.wait_for(timeout=20_000)
+            return status.first.inner_text().strip()
+        except PlaywrightTimeout:
+            page.reload()
+    raise AssertionError(f"the run at {url} did not finish within {RUN_TIMEOUT_S} s")
+
+
+def _expected_rows(server: Webserver, run_id: str) -> dict[str, int]:
+    """Rows out per asset: the latest materialization event's metadata (which must come from
+    this run) checked against the sum over the DuckDB catalog's current shards."""
+    expected = {}
+    with dg.DagsterInstance.from_config(str(server.home)) as instance:
+        run = instance.get_run_by_id(run_id)
+        assert run is not None and run.status == dg.DagsterRunStatus.SUCCESS, run
+        for asset in PIPELINE_ASSETS:
+            event = instance.get_latest_materialization_event(dg.AssetKey(asset))
+            assert event is not None and event.run_id == run_id, asset
+            metadata = event.asset_materialization.metadata
+            expected[asset] = metadata["rows_out"].value
+            assert metadata["dagster/row_count"].value == expected[asset], asset
+            folder = Path(metadata["folder"].value)
+            assert folder.is_relative_to(server.workdir / DEFAULT_WAREHOUSE_DIR), folder
+    catalog = Catalog(server.workdir / DEFAULT_WAREHOUSE_DIR / CATALOG_FILE)
+    for asset in PIPELINE_ASSETS:
+        in_catalog = sum(shard.rows_out for shard in catalog.current_shards(asset))
+        assert in_catalog == expected[asset], (asset, in_catalog, expected[asset])
+        assert expected[asset] > 0, asset
+    return expected
+
+
+def _check_asset_page(page: Page, server: Webserver, asset: str, rows: int, shots: Path) -> None:
+    """The asset's page shows ``rows`` in its status grid ("Row count", thousands separated)
+    and as the ``rows_out`` entry of its metadata table."""
+
+    def metadata_value(key: str):
+        row = page.get_by_role("row").filter(has=page.get_by_role("cell", name=key, exact=True))
+        expect(row).to_have_count(1, timeout=UI_TIMEOUT_MS)
+        return row.get_by_role("cell").last
+
+    page.goto(f"{server.url}/assets/{asset}")
+    # The page is this asset's: its output folder is the asset's folder in the warehouse.
+    expect(metadata_value("folder")).to_contain_text(
+        f"/{DEFAULT_WAREHOUSE_DIR}/{asset}/", timeout=UI_TIMEOUT_MS
+    )
+    expect(metadata_value("rows_out")).to_have_text(str(rows), timeout=UI_TIMEOUT_MS)
+    row_count = page.get_by_text("Row count", exact=True).locator("xpath=..")
+    expect(row_count).to_contain_text(f"{rows:,}", timeout=UI_TIMEOUT_MS)
+    page.screenshot(path=str(shots / f"asset_{asset}.png"))
+
+
+def _failure_screenshot(page: Page, path: Path) -> None:
+    """Keep what the page showed when the test failed (without hiding the failure itself)."""
+    try:
+        page.screenshot(path=str(path))
+        SCREENSHOT_COPY.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, SCREENSHOT_COPY.with_name("ui_screenshot_failure.png"))
+        print(f"screenshot of the page at failure: {path}")
+    except Exception as exc:  # the browser may be gone: the original error matters more
+        print(f"no failure screenshot: {exc}")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not CHROMIUM.exists(), reason=f"needs Debian's chromium at {CHROMIUM}")
+def test_materialize_all_in_the_ui_and_every_asset_page_shows_its_row_count(
+    webserver: Webserver, tmp_path: Path
+):
+    """Materialize all from the asset group page in chromium; the run succeeds and each of the
+    five assets' pages shows the rows out that Dagster and the catalog recorded."""
+    group_url = webserver.url + _group_path(webserver)
+    wait = UI_TIMEOUT_MS
+    shots = tmp_path / "screenshots"
+    shots.mkdir()
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True)
+        page = browser.new_page(viewport=VIEWPORT)
+        page.set_default_timeout(UI_TIMEOUT_MS)
+        try:
+            page.goto(group_url)
+            for asset in PIPELINE_ASSETS:
+                expect(page.get_by_text(asset, exact=True).first).to_be_visible(timeout=wait)
+            run_path = _launch_from_the_page(page)
+            status = _wait_for_run_status(page, webserver.url + run_path)
+            run_id = run_path.rsplit("/", 1)[1]
+            assert status == "Success", f"run {run_id} ended with {status}:\n" + (
+                webserver.log_tail()
+            )
+            expected = _expected_rows(webserver, run_id)
+
+            for asset, rows in expected.items():
+                _check_asset_page(page, webserver, asset, rows, shots)
+
+            # The graph after the run: every node materialized, its rows_reconcile check passed.
+            page.goto(group_url)
+            n = len(PIPELINE_ASSETS)
+            expect(page.get_by_text("Materialized", exact=True)).to_have_count(n, timeout=wait)
+            expect(page.get_by_text("1 / 1 Passed", exact=True)).to_have_count(n, timeout=wait)
+            graph = shots / "asset_graph.png"
+            page.screenshot(path=str(graph))
+            SCREENSHOT_COPY.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(graph, SCREENSHOT_COPY)
+        except BaseException:
+            _failure_screenshot(page, shots / "failure.png")
+            print(f"dagster-webserver log (end):\n{webserver.log_tail()}")
+            raise
+        finally:
+            browser.close()
