@@ -14,6 +14,9 @@ Presets:
 ``none``
     Text passes through untouched.
 
+PII (``spec.pii``, :mod:`llm_assets.lib.pii`) is redacted or rejected first, on the text as it
+came in: presets such as ``ascii_lower`` would strip the ``@`` and dots that make an email an email.
+
 A document whose text is empty after normalization is a reject (``empty_after_normalize``):
 there is nothing left to train on, and dropping it silently would break rows in = out + rejected.
 """
@@ -23,12 +26,13 @@ from __future__ import annotations
 import html
 import re
 import unicodedata
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from llm_assets.lib.pii import PiiSpec, pii_kernel
 from llm_assets.lib.schema import TEXT, StageResult, drop_rows, empty_rejects
 
 NORMALIZE_STAGE = "normalize"
@@ -58,6 +62,8 @@ class NormalizeSpec:
     unicode_form: Literal["NFC", "NFKC"] = "NFC"
     strip_html: bool = False
     """Remove HTML tags and unescape entities before the preset (``default`` and ``none``)."""
+    pii: PiiSpec = field(default_factory=lambda: PiiSpec(mode="off"))
+    """PII handling before the preset; off unless asked for (the asset's config turns it on)."""
 
     def __post_init__(self) -> None:
         if self.preset not in PRESETS:
@@ -112,9 +118,14 @@ def normalize_array(texts: pa.Array | pa.ChunkedArray, spec: NormalizeSpec) -> p
 
 
 def normalize_table(table: pa.Table, spec: NormalizeSpec) -> StageResult:
-    """Kernel of ``normalized_documents``: rewrite ``text``; reject rows left empty."""
+    """Kernel of ``normalized_documents``: redact (or reject) PII, rewrite ``text``, reject rows
+    left empty."""
+    pii_rejects = empty_rejects()
+    if spec.pii.mode != "off":
+        redacted = pii_kernel(table, spec.pii)
+        table, pii_rejects = redacted.kept, redacted.rejects
     if table.num_rows == 0:
-        return StageResult(table, empty_rejects())
+        return StageResult(table, pii_rejects)
     normalized = normalize_array(table.column(TEXT), spec)
     empty = pc.equal(pc.utf8_length(normalized), 0)
     n_empty = pc.sum(empty).as_py() or 0
@@ -128,7 +139,10 @@ def normalize_table(table: pa.Table, spec: NormalizeSpec) -> StageResult:
     )
     index = table.schema.get_field_index(TEXT)
     table = table.set_column(index, table.schema.field(TEXT), normalized)
-    return StageResult(table.filter(pc.invert(empty)), result.rejects)
+    rejects = result.rejects
+    if pii_rejects.num_rows:
+        rejects = pa.concat_tables([pii_rejects, rejects])
+    return StageResult(table.filter(pc.invert(empty)), rejects)
 
 
 def _combined(array: pa.Array | pa.ChunkedArray) -> pa.Array:

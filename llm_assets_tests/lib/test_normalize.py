@@ -118,3 +118,30 @@ def test_bad_preset_is_a_clear_error():
         NormalizeSpec(preset="lowercase")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="unicode_form"):
         NormalizeSpec(unicode_form="NFD")  # type: ignore[arg-type]
+
+
+def test_pii_is_redacted_before_the_preset_and_counted():
+    """``ascii_lower`` would strip the ``@`` and dots of an email: PII goes first."""
+    from llm_assets.lib.pii import PII_REDACTIONS, PiiSpec
+
+    texts = ["Mail jane.doe@example.com or call (555) 123-4567.", "Nothing here.", "a@b.io"]
+    result = normalize_table(
+        _docs(texts), NormalizeSpec(preset="ascii_lower", pii=PiiSpec(mode="redact"))
+    )
+    assert result.kept["text"].to_pylist() == [
+        "mail email or call phone",
+        "nothing here",
+        "email",
+    ]
+    assert result.kept[PII_REDACTIONS].to_pylist() == [2, 0, 1]
+
+
+def test_pii_reject_mode_drops_dense_documents_with_the_reason():
+    from llm_assets.lib.pii import PII_DENSITY, PiiSpec
+
+    long = "Write to jane@example.com about the long and winding road home " + "again " * 20
+    texts = ["a@b.io c@d.io", long.strip()]  # 2 per 2 words; 1 per 30 words (under 0.05)
+    result = normalize_table(_docs(texts), NormalizeSpec(pii=PiiSpec(mode="reject")))
+    assert result.rejects[REASON].to_pylist() == [PII_DENSITY]
+    assert "jane" not in result.rejects["sample"][0].as_py()
+    assert result.kept["text"].to_pylist() == [long.strip().replace("jane@example.com", "<EMAIL>")]
