@@ -3,9 +3,9 @@
 Two halves, so that a million documents fit in bounded memory on any backend:
 
 * Per shard (a worker, :func:`dedup_annotate`): each document gets the SHA-256 of its normalized
-  text (``content_hash``), its MinHash signature (``minhash``) and one hash per LSH band
-  (``minhash_bands``). Pure functions of the text with fixed seeds, so every backend computes the
-  same values.
+  text (``content_hash``; SFT rows include the prompt's fields, see :func:`dedup_texts`), its
+  MinHash signature (``minhash``) and one hash per LSH band (``minhash_bands``). Pure functions
+  of the text with fixed seeds, so every backend computes the same values.
 * Global (the driver, :func:`resolve_duplicates`): DuckDB groups the hashes of every shard, and of
   earlier runs, on disk. Exact duplicates: the first document in stable order keeps its text.
   Near duplicates: documents sharing a band bucket are candidate pairs, checked against the
@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import xxhash
 
-from llm_assets.lib.schema import TEXT, StageResult, empty_rejects
+from llm_assets.lib.schema import METADATA, PROMPT_TOKENS, TEXT, StageResult, empty_rejects
 
 CONTENT_HASH = "content_hash"
 MINHASH = "minhash"
@@ -185,7 +185,7 @@ def band_hashes(signatures: np.ndarray, spec: NearDedupSpec) -> np.ndarray:
 def dedup_annotate(table: pa.Table, exact: ExactDedupSpec, near: NearDedupSpec) -> StageResult:
     """Kernel (per shard): add ``content_hash`` and, with near-dedup on, ``minhash`` and
     ``minhash_bands`` columns; drops nothing (the global step decides)."""
-    texts = table[TEXT]
+    texts = dedup_texts(table)
     if exact.enabled:
         table = table.append_column(pa.field(CONTENT_HASH, pa.string()), content_hashes(texts))
     if near.enabled:
@@ -199,6 +199,15 @@ def dedup_annotate(table: pa.Table, exact: ExactDedupSpec, near: NearDedupSpec) 
             pa.FixedSizeListArray.from_arrays(pa.array(bands.reshape(-1)), near.bands),
         )
     return StageResult(table, empty_rejects())
+
+
+def dedup_texts(table: pa.Table) -> pa.Array | pa.ChunkedArray:
+    """What two documents must share to be duplicates: the text; for SFT rows (a prompt was
+    tokenized before the text) the record's other fields too, so that equal answers to different
+    instructions are not duplicates."""
+    if PROMPT_TOKENS not in table.column_names or METADATA not in table.column_names:
+        return table[TEXT]
+    return pc.binary_join_element_wise(pc.fill_null(table[METADATA], ""), table[TEXT], "\n")
 
 
 def jaccard_estimate(left: np.ndarray, right: np.ndarray) -> np.ndarray:

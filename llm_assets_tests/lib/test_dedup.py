@@ -222,3 +222,16 @@ def test_only_exact_or_only_near(tmp_path):
     # Without exact dedup the exact copy is a near duplicate (Jaccard 1.0) of the same cluster.
     assert set(near_only.drops["reason"].to_pylist()) == {NEAR_DUPLICATE}
     assert near_only.drops.num_rows >= 2
+
+
+def test_sft_rows_are_duplicates_only_when_the_prompt_fields_match_too():
+    table = _table(["positive", "positive", "positive"]).append_column(
+        "metadata",
+        pa.array(['{"instruction": "a"}', '{"instruction": "b"}', '{"instruction": "a"}']),
+    )
+    plain = dedup_annotate(table, ExactDedupSpec(), NearDedupSpec(enabled=False)).kept
+    assert len(set(plain[CONTENT_HASH].to_pylist())) == 1  # not SFT: the text alone
+    sft = table.append_column("prompt_tokens", pa.array([3, 3, 3], pa.int32()))
+    hashes = dedup_annotate(sft, ExactDedupSpec(), NearDedupSpec(enabled=False)).kept
+    first, second, third = hashes[CONTENT_HASH].to_pylist()
+    assert first == third != second

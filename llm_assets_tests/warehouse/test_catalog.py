@@ -114,3 +114,31 @@ def test_locked_catalog_waits_then_fails_with_a_clear_message(tmp_path):
             assert con.execute("SELECT 1").fetchone() == (1,)
     finally:
         holder.join()
+
+
+def test_a_session_reuses_one_connection_and_rolls_back_a_failed_write(tmp_path):
+    from llm_assets.warehouse.catalog import Catalog
+
+    catalog = Catalog(tmp_path / "c.duckdb")
+    with catalog.session():
+        with catalog.connect() as first, catalog.connect() as second:
+            assert first is second
+        with catalog.session(), catalog.connect() as inner:  # re-entrant
+            assert inner is first
+        with pytest.raises(AttributeError):  # fails inside the transaction
+            catalog.record_materialization(
+                materialization_id="m",
+                asset="raw_documents",
+                fingerprint="f",
+                run_id="r",
+                backend="in_process",
+                config={},
+                code_version="1",
+                started_at=0.0,
+                finished_at=1.0,
+                shards=[None],  # type: ignore[list-item]
+                shards_skipped=0,
+            )
+        assert catalog.query("SELECT count(*) FROM materializations") == [(0,)]
+    with catalog.connect() as fresh:
+        assert fresh is not first
