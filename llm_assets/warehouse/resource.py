@@ -7,6 +7,7 @@ from pathlib import Path
 import dagster as dg
 
 from llm_assets.constants import CATALOG_FILE, DEFAULT_WAREHOUSE_DIR
+from llm_assets.paths import inside, resolve_data_root
 from llm_assets.warehouse.catalog import Catalog
 
 
@@ -18,6 +19,9 @@ class WarehouseResource(dg.ConfigurableResource):
     """
 
     root: str = DEFAULT_WAREHOUSE_DIR
+    data_root: str = ""
+    """Every input and output path must resolve inside this folder (empty: $LLM_ASSETS_DATA_ROOT,
+    else the folder holding the warehouse)."""
     catalog_lock_timeout_s: float = 120.0
     """How long a run waits for the catalog while another process holds it."""
 
@@ -25,6 +29,13 @@ class WarehouseResource(dg.ConfigurableResource):
     def root_path(self) -> Path:
         """The warehouse folder as an absolute path."""
         return Path(self.root).expanduser().resolve()
+
+    @property
+    def data_root_path(self) -> Path:
+        """The data root, resolved; the warehouse itself must lie inside it."""
+        root = resolve_data_root(self.data_root, self.root_path)
+        inside(self.root_path, root, "warehouse root")
+        return root
 
     def catalog(self) -> Catalog:
         """The catalog of this warehouse (connections are opened per call)."""
