@@ -11,6 +11,7 @@ version). So a killed run, run again, computes only what is missing.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -26,7 +27,7 @@ from typing import Any, Protocol
 import numpy as np
 import pyarrow.parquet as pq
 
-from llm_assets.compute.base import Logger, OnResult
+from llm_assets.compute.base import Logger, OnResult, ShardTaskFailed
 from llm_assets.constants import (
     FILTERED_DOCUMENTS,
     NORMALIZED_DOCUMENTS,
@@ -41,13 +42,21 @@ from llm_assets.lib.batching import (
     derive_boundaries,
     length_histogram,
 )
-from llm_assets.lib.filters import FilterSpec, filter_table
+from llm_assets.lib.dedup import (
+    DedupOutcome,
+    ExactDedupSpec,
+    NearDedupSpec,
+    resolve_duplicates,
+)
+from llm_assets.lib.filters import FilterSpec, LengthFilterSpec, filter_table
 from llm_assets.lib.ingest import IngestSpec, detect_format
 from llm_assets.lib.normalize import NormalizeSpec, normalize_table
 from llm_assets.lib.schema import INPUT_IDS
 from llm_assets.lib.tokenization import TokenizerSpec, tokenize_table
+from llm_assets.paths import PathEscapeError, inside
 from llm_assets.tasks import (
     SPLITS,
+    DedupApplyTask,
     GatherTask,
     IngestTask,
     MapTask,
@@ -56,6 +65,7 @@ from llm_assets.tasks import (
     ShardStats,
     carried_metadata,
     megatron_done,
+    run_dedup_apply,
     run_gather,
     run_ingest,
     run_map,
@@ -82,6 +92,8 @@ TOKENIZER_META = "llm_assets.tokenizer."
 DEFAULT_ROWS_PER_SHARD = 10_000
 SHUFFLE_BUCKET_BYTES = 16 * 1024 * 1024
 """Target size of one shuffle bucket: bounds the memory of one gather task."""
+DEDUP_MEMORY_LIMIT = "1GB"
+"""DuckDB's memory cap for the global dedup step; past it DuckDB spills to the warehouse."""
 
 
 class Runner(Protocol):
@@ -94,6 +106,44 @@ class Runner(Protocol):
 
 class StageInputError(ValueError):
     """Bad input or config found before any work starts; the message names the file or field."""
+
+
+class WarehouseWriteError(OSError):
+    """The warehouse folder cannot be written (full disk, read-only or not a folder). Shards that
+    were finished stay recorded and are reused by the next run; nothing partial is recorded."""
+
+
+_WRITE_ERRORS = ("No space left", "Permission denied", "Read-only file system", "Disk quota")
+
+
+def ensure_writable(folder: Path) -> None:
+    """Fail before any work, with the folder named, when a stage cannot write its output."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / f".write-probe-{uuid.uuid4().hex[:8]}"
+        probe.write_bytes(b"ok")
+        probe.unlink()
+    except OSError as exc:
+        raise WarehouseWriteError(
+            f"the warehouse folder {str(folder)!r} is not writable: {exc.strerror or exc}"
+        ) from exc
+
+
+def run_on_backend(
+    ctx: StageContext, asset: str, folder: Path, fn: Any, tasks: Any, on_result: Any = None
+) -> None:
+    """Run shard tasks; a task that failed because the disk is full or read-only becomes a
+    :class:`WarehouseWriteError` that says so (other failures pass through unchanged)."""
+    try:
+        ctx.compute.run(fn, tasks, on_result)
+    except ShardTaskFailed as exc:
+        if any(marker in exc.error for marker in _WRITE_ERRORS):
+            raise WarehouseWriteError(
+                f"{asset}: cannot write to the warehouse folder {str(folder)!r} (shard "
+                f"{exc.key!r}: {exc.error}). Free space or fix permissions and run again: "
+                "finished shards are kept and reused, nothing partial was recorded"
+            ) from exc
+        raise
 
 
 @dataclass
@@ -159,11 +209,16 @@ def _execute(
     planned: Sequence[_Planned],
     fn: Callable[[Any], ShardStats],
     extra: dict[str, Any] | None = None,
+    materialize: bool = True,
 ) -> StageReport:
-    """Skip finished shards, run the rest on the backend, record everything in the catalog."""
+    """Skip finished shards, run the rest on the backend, record everything in the catalog.
+
+    ``materialize=False`` records the shards but leaves the asset's current output (and its SQL
+    views) alone: for an intermediate phase of a stage."""
     started = time.time()
     code_version = STAGE_CODE_VERSIONS[asset]
     config_json = _json(config)
+    ensure_writable(folder)
     remove_stale_temporaries(folder)
     known = {
         (r.shard, r.input_fingerprint): r for r in _catalog_shards(ctx.catalog, asset, stage_fp)
@@ -220,7 +275,10 @@ def _execute(
             f"{stats.rows_out} out, {stats.rows_rejected} rejected, {stats.seconds:.2f} s"
         )
 
-    ctx.compute.run(fn, [planned[i].task for i in todo], on_result)
+    run_on_backend(ctx, asset, folder, fn, [planned[i].task for i in todo], on_result)
+    # A worker killed mid-shard leaves its temporary files; its retry wrote new ones.
+    if stale := remove_stale_temporaries(folder):
+        ctx.log.info(f"{asset}: removed {stale} temporary file(s) of interrupted attempts")
     ordered = [records[i] for i in range(len(planned))]
     report = StageReport(
         asset=asset,
@@ -237,6 +295,8 @@ def _execute(
             report.extra[key] = report.extra.get(key, 0) + value
     finished = time.time()
     report.seconds = finished - started
+    if not materialize:
+        return report
     ctx.catalog.record_materialization(
         materialization_id=f"{ctx.run_id}:{asset}",
         asset=asset,
@@ -257,6 +317,17 @@ def _execute(
         f"rejected in {report.seconds:.2f} s"
     )
     return report
+
+
+def _catalog_session(fn: Callable[..., StageReport]) -> Callable[..., StageReport]:
+    """Run a whole stage on one catalog connection (see :meth:`Catalog.session`)."""
+
+    @functools.wraps(fn)
+    def wrapper(ctx: StageContext, *args: Any, **kwargs: Any) -> StageReport:
+        with ctx.catalog.session():
+            return fn(ctx, *args, **kwargs)
+
+    return wrapper
 
 
 def shard_stats(path: str) -> dict[str, int | float]:
@@ -332,13 +403,21 @@ def _safe_name(source_file: str) -> str:
     return f"{readable}-{fingerprint(source_file)[:6]}"
 
 
-def list_input_files(input_dir: str | Path) -> list[tuple[Path, str]]:
+def list_input_files(
+    input_dir: str | Path, data_root: Path | None = None
+) -> list[tuple[Path, str]]:
     """Every input file under ``input_dir`` as (path, relative posix name), sorted by name.
 
     Hidden files and folders (``.``-prefixed) are ignored. An unsupported or unreadable file fails
-    here, before any work starts, with its name in the message.
+    here, before any work starts, with its name in the message; so does (with ``data_root``) a
+    folder or file, a symlink included, that resolves outside the data root.
     """
     root = Path(input_dir)
+    if data_root is not None:
+        try:
+            inside(root, data_root, "input folder")
+        except PathEscapeError as exc:
+            raise StageInputError(str(exc)) from exc
     if not root.is_dir():
         raise StageInputError(f"input folder {str(root)!r} does not exist or is not a folder")
     files = []
@@ -347,6 +426,8 @@ def list_input_files(input_dir: str | Path) -> list[tuple[Path, str]]:
         if any(part.startswith(".") for part in path.relative_to(root).parts) or path.is_dir():
             continue
         try:
+            if data_root is not None:
+                inside(path, data_root, "input file")
             detect_format(str(path))
         except ValueError as exc:
             raise StageInputError(str(exc)) from exc
@@ -386,10 +467,16 @@ def line_ranges(path: Path, rows_per_shard: int) -> list[tuple[int, int, int]]:
     return ranges or [(0, 0, 1)]
 
 
+@_catalog_session
 def run_raw_documents(
-    ctx: StageContext, input_dir: str | Path, spec: IngestSpec, rows_per_shard: int
+    ctx: StageContext,
+    input_dir: str | Path,
+    spec: IngestSpec,
+    rows_per_shard: int,
+    data_root: Path | None = None,
 ) -> StageReport:
-    """Ingest every input file into raw shards (big plain JSONL files split by line ranges)."""
+    """Ingest every input file into raw shards (big plain JSONL files split by line ranges).
+    With ``data_root``, the input folder and every file in it must resolve inside it."""
     if rows_per_shard < 1:
         raise StageInputError(f"rows_per_shard must be >= 1, got {rows_per_shard}")
     asset = RAW_DOCUMENTS
@@ -399,7 +486,7 @@ def run_raw_documents(
     )
     folder = stage_dir(ctx.warehouse_root, asset, stage_fp)
     planned: list[_Planned] = []
-    for path, rel in list_input_files(input_dir):
+    for path, rel in list_input_files(input_dir, data_root):
         stat = path.stat()
         is_plain_jsonl = detect_format(str(path)) == "jsonl"
         ranges = line_ranges(path, rows_per_shard) if is_plain_jsonl else [None]
@@ -443,6 +530,7 @@ def _run_map_stage(
     spec: Any,
     config: dict[str, Any],
     metadata: dict[str, str] | None = None,
+    materialize: bool = True,
 ) -> StageReport:
     stage_fp = fingerprint(asset, STAGE_CODE_VERSIONS[asset], config)
     folder = stage_dir(ctx.warehouse_root, asset, stage_fp)
@@ -470,9 +558,11 @@ def _run_map_stage(
         config=config,
         planned=planned,
         fn=run_map,
+        materialize=materialize,
     )
 
 
+@_catalog_session
 def run_normalized_documents(ctx: StageContext, spec: NormalizeSpec) -> StageReport:
     """Normalize the text of every raw shard."""
     return _run_map_stage(
@@ -498,6 +588,7 @@ def tokenizer_metadata(spec: TokenizerSpec) -> dict[str, str]:
     }
 
 
+@_catalog_session
 def run_tokenized_documents(ctx: StageContext, spec: TokenizerSpec) -> StageReport:
     """Tokenize every normalized shard; the tokenizer's name and fingerprint go in the footer."""
     meta = tokenizer_metadata(spec)
@@ -521,19 +612,117 @@ def run_tokenized_documents(ctx: StageContext, spec: TokenizerSpec) -> StageRepo
     return report
 
 
-def run_filtered_documents(ctx: StageContext, spec: FilterSpec) -> StageReport:
-    """Apply the document filters to every tokenized shard."""
-    return _run_map_stage(
+@_catalog_session
+def run_filtered_documents(ctx: StageContext, spec: FilterSpec | LengthFilterSpec) -> StageReport:
+    """Apply the document filters to every tokenized shard; then, with deduplication on, remove
+    exact and near duplicates across every shard and every earlier run (three phases: filter and
+    annotate per shard, decide globally in DuckDB, drop per shard)."""
+    if isinstance(spec, LengthFilterSpec):
+        spec = FilterSpec(length=spec)
+    config = _spec_config(spec)
+    if spec.flagged is not None and spec.flagged.path:
+        # The list's content, not only its path, decides whether shards are reused.
+        config["flagged_words_sha256"] = file_sha256(spec.flagged.path)
+    if not spec.dedup:
+        return _run_map_stage(
+            ctx,
+            asset=FILTERED_DOCUMENTS,
+            upstream=TOKENIZED_DOCUMENTS,
+            kernel=filter_table,
+            spec=spec,
+            config=config,
+        )
+    annotated = _run_map_stage(
         ctx,
         asset=FILTERED_DOCUMENTS,
         upstream=TOKENIZED_DOCUMENTS,
         kernel=filter_table,
         spec=spec,
-        config=asdict(spec),
+        config={**config, "phase": "annotate"},
+        materialize=False,
+    )
+    stage_fp = fingerprint(FILTERED_DOCUMENTS, STAGE_CODE_VERSIONS[FILTERED_DOCUMENTS], config)
+    folder = stage_dir(ctx.warehouse_root, FILTERED_DOCUMENTS, stage_fp)
+    ctx.log.info(f"{FILTERED_DOCUMENTS}: deduplicating {annotated.rows_out} documents globally")
+    outcome = _resolve_duplicates(ctx, annotated, spec, folder)
+    drops, drops_path = outcome.drops, outcome.path
+    ctx.log.info(
+        f"{FILTERED_DOCUMENTS}: {outcome.exact_removed} exact and {outcome.near_removed} near "
+        f"duplicate(s) in {outcome.near_clusters} cluster(s) ({outcome.candidate_pairs} candidate "
+        f"pairs) found in {outcome.seconds:.2f} s"
+    )
+    per_shard: dict[str, list[str]] = {}
+    for shard, doc_id, reason, value in zip(
+        drops["shard"].to_pylist(),
+        drops["doc_id"].to_pylist(),
+        drops["reason"].to_pylist(),
+        drops["value"].to_pylist(),
+        strict=True,
+    ):
+        per_shard.setdefault(shard, []).append(f"{doc_id}\0{reason}\0{value}")
+    planned = []
+    for source in annotated.shards:
+        input_fp = fingerprint(source.checksum, per_shard.get(source.shard, []))
+        out = str(folder / shard_file_name(source.shard))
+        rej = str(folder / "rejects" / shard_file_name(source.shard))
+        task = DedupApplyTask(
+            key=source.shard,
+            input_path=source.path,
+            input_rejects_path=source.rejects_path,
+            drops_path=drops_path,
+            output_path=out,
+            rejects_path=rej,
+            input_fingerprint=input_fp,
+        )
+        planned.append(_Planned(source.shard, out, rej, input_fp, (source.path,), task))
+    extra = {
+        "exact_duplicates": outcome.exact_removed,
+        "near_duplicates": outcome.near_removed,
+        "near_duplicate_clusters": outcome.near_clusters,
+        "near_duplicate_candidate_pairs": outcome.candidate_pairs,
+        "dedup_seconds": round(outcome.seconds, 3),
+        "filter_seconds": round(annotated.seconds, 3),
+    }
+    return _execute(
+        ctx,
+        asset=FILTERED_DOCUMENTS,
+        stage_fp=stage_fp,
+        folder=folder,
+        config=config,
+        planned=planned,
+        fn=run_dedup_apply,
+        extra=extra,
     )
 
 
+def _resolve_duplicates(
+    ctx: StageContext, annotated: StageReport, spec: FilterSpec, folder: Path
+) -> DedupOutcome:
+    """The global step: DuckDB over every annotated shard (and the ``dedup_seen`` table of earlier
+    runs) decides the duplicates; the decisions are written atomically to one Parquet file named
+    by their content, which every apply task reads its own shard's part of."""
+    exact = spec.exact_dedup or ExactDedupSpec(enabled=False)
+    near = spec.near_dedup or NearDedupSpec(enabled=False)
+    spill = Path(ctx.warehouse_root) / ".duckdb_tmp"
+    spill.mkdir(parents=True, exist_ok=True)
+    with ctx.catalog.connect() as con:
+        con.execute(f"SET temp_directory = '{spill.as_posix()}'")
+        con.execute(f"SET memory_limit = '{DEDUP_MEMORY_LIMIT}'")
+        outcome = resolve_duplicates(
+            con, [(s.shard, s.path) for s in annotated.shards], exact, near
+        )
+    digest = fingerprint(outcome.drops.to_pylist())
+    path = folder / "dedup" / f"drops-{digest}.parquet"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+        pq.write_table(outcome.drops, tmp)
+        os.replace(tmp, path)
+    return replace(outcome, path=str(path))
+
+
 # --- training_batches -----------------------------------------------------------------------------
+@_catalog_session
 def run_training_batches(
     ctx: StageContext,
     spec: BatchSpec,
@@ -573,7 +762,8 @@ def run_training_batches(
         f"{asset}: shuffling into {n_buckets} bucket(s); scattering {len(scatter_tasks)} of "
         f"{len(upstream)} shard(s)"
     )
-    ctx.compute.run(run_scatter, scatter_tasks)
+    ensure_writable(scatter_root)
+    run_on_backend(ctx, asset, scatter_root, run_scatter, scatter_tasks)
     scatter_seconds = time.perf_counter() - started
 
     scatter_dirs = tuple(str(scatter_root / s.shard) for s in upstream)
@@ -665,7 +855,7 @@ def _write_megatron(
                 )
             )
     ctx.log.info(f"{TRAINING_BATCHES}: writing {len(tasks)} Megatron dataset(s) (.bin/.idx)")
-    ctx.compute.run(run_megatron, tasks)
+    run_on_backend(ctx, TRAINING_BATCHES, folder / "megatron", run_megatron, tasks)
     return prefixes
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from llm_assets.lib.batching import (
@@ -45,7 +46,9 @@ from llm_assets.lib.schema import (
     PROMPT_TOKENS,
     REASON,
     REJECT_SCHEMA,
+    VALUE,
     StageResult,
+    drop_rows,
 )
 from llm_assets.warehouse.shards import (
     INPUT_FINGERPRINT,
@@ -217,6 +220,71 @@ def run_map(task: MapTask) -> ShardStats:
         rejects_path=task.rejects_path,
         input_fingerprint=task.input_fingerprint,
         empty_output_schema=empty_schema,
+        metadata=metadata,
+    )
+
+
+# --- dedup: drop what the global step decided, per shard ----------------------------------------
+@dataclass(frozen=True)
+class DedupApplyTask:
+    """Remove the documents the global dedup step chose from one annotated shard.
+
+    The output keeps ``content_hash`` (to query) but not the MinHash columns (they stay in the
+    annotated shard, which is the near-dedup index). Its rejects are the annotated shard's rejects
+    (the per-document filters) followed by the duplicates, so the asset's rejects view holds both.
+    """
+
+    key: str
+    input_path: str
+    input_rejects_path: str | None
+    drops_path: str
+    output_path: str
+    rejects_path: str
+    input_fingerprint: str
+    batch_rows: int = 8192
+
+
+def run_dedup_apply(task: DedupApplyTask) -> ShardStats:
+    """Worker side of the second half of ``filtered_documents`` with deduplication on."""
+    from llm_assets.lib.dedup import DEDUP_STAGE, MINHASH, MINHASH_BANDS
+
+    source = pq.ParquetFile(task.input_path)
+    columns = [n for n in source.schema_arrow.names if n not in (MINHASH, MINHASH_BANDS)]
+    drops = pq.read_table(task.drops_path, filters=[("shard", "=", task.key)])
+    decided = dict(
+        zip(
+            drops[DOC_ID].to_pylist(),
+            zip(drops[REASON].to_pylist(), drops[VALUE].to_pylist(), strict=True),
+            strict=True,
+        )
+    )
+    drop_ids = pa.array(list(decided), pa.string())
+    metadata = carried_metadata(task.input_path)
+    output_schema = source.schema_arrow.empty_table().select(columns).schema
+
+    def results() -> Iterator[StageResult]:
+        if task.input_rejects_path and Path(task.input_rejects_path).exists():
+            earlier = pq.read_table(task.input_rejects_path)
+            yield StageResult(output_schema.empty_table(), earlier)
+        for batch in source.iter_batches(batch_size=task.batch_rows, columns=columns):
+            table = pa.Table.from_batches([batch], schema=output_schema)
+            mask = pc.is_in(table[DOC_ID], value_set=drop_ids)
+            gone = table.filter(mask)[DOC_ID].to_pylist()
+            yield drop_rows(
+                table,
+                mask,
+                stage=DEDUP_STAGE,
+                reasons=[decided[d][0] for d in gone],
+                values=[decided[d][1] for d in gone],
+            )
+
+    return _write_shard(
+        results(),
+        key=task.key,
+        output_path=task.output_path,
+        rejects_path=task.rejects_path,
+        input_fingerprint=task.input_fingerprint,
+        empty_output_schema=lambda: output_schema,
         metadata=metadata,
     )
 

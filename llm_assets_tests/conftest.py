@@ -6,6 +6,7 @@ import os
 import shutil
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -14,12 +15,49 @@ SAMPLE_DIR = REPO / "data" / "sample"
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 
+@pytest.fixture(autouse=True, scope="session")
+def data_root_is_the_test_temp_folder(tmp_path_factory):
+    """Tests put inputs and warehouses in different temporary folders: make pytest's base temp
+    folder the data root (tests of the data root itself unset or override it)."""
+    from llm_assets.paths import DATA_ROOT_ENV
+
+    previous = os.environ.get(DATA_ROOT_ENV)
+    os.environ[DATA_ROOT_ENV] = str(tmp_path_factory.getbasetemp())
+    yield
+    if previous is None:
+        os.environ.pop(DATA_ROOT_ENV, None)
+    else:
+        os.environ[DATA_ROOT_ENV] = previous
+
+
 @pytest.fixture
 def sample_input(tmp_path: Path) -> Path:
     """A private copy of the shipped sample corpus (tests may add files to it)."""
     target = tmp_path / "input"
     shutil.copytree(SAMPLE_DIR, target)
     return target
+
+
+def docs_table(
+    texts: list[str],
+    *,
+    prefix: str = "d",
+    width: int = 0,
+    source: str = "f.jsonl",
+    metadata: bool = False,
+) -> pa.Table:
+    """A batch of documents as kernels see it: ids ``d0``, ``d1``, … (digits zero-padded to
+    ``width``), one source file, 1-based lines; optionally a null metadata column."""
+    n = len(texts)
+    columns = {
+        "doc_id": pa.array([f"{prefix}{i:0{width}d}" for i in range(n)], pa.string()),
+        "source_file": pa.array([source] * n, pa.string()),
+        "source_line": pa.array(range(1, n + 1), pa.int64()),
+        "text": pa.array(texts, pa.string()),
+    }
+    if metadata:
+        columns["metadata"] = pa.array([None] * n, pa.string())
+    return pa.table(columns)
 
 
 def pipeline_run_config(input_dir: Path, rows_per_shard: int = 1000, **ops: dict) -> dict:

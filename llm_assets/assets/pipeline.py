@@ -21,10 +21,16 @@ from llm_assets.constants import (
     TRAINING_BATCHES,
 )
 from llm_assets.lib.batching import BatchSpec
+from llm_assets.lib.dedup import ExactDedupSpec, NearDedupSpec
 from llm_assets.lib.filters import FilterSpec, LabelSpec, LengthFilterSpec
+from llm_assets.lib.flagged import FlaggedWordsSpec
 from llm_assets.lib.ingest import IngestSpec
+from llm_assets.lib.language import LanguageSpec
 from llm_assets.lib.normalize import NormalizeSpec
+from llm_assets.lib.pii import PII_KINDS, PiiSpec
+from llm_assets.lib.quality import QualitySpec, RepetitionSpec
 from llm_assets.lib.tokenization import GPT2, TokenizerSpec
+from llm_assets.paths import inside
 from llm_assets.warehouse.resource import WarehouseResource
 
 
@@ -45,6 +51,14 @@ class NormalizeConfig(dg.Config):
     )
     unicode_form: Literal["NFC", "NFKC"] = "NFC"
     strip_html: bool = False
+    pii: Literal["redact", "reject", "off"] = Field(
+        "redact",
+        description="redact: replace emails, phones, IPs, cards, IBANs, SSNs with <EMAIL>-style "
+        "placeholders (counts in pii_redactions); reject: drop documents denser than "
+        "pii_max_density (the rest are redacted); off",
+    )
+    pii_kinds: list[str] = Field(list(PII_KINDS), description="Which kinds of PII to look for")
+    pii_max_density: float = Field(0.05, description="reject mode: PII matches per word")
 
 
 class TokenizeConfig(dg.Config):
@@ -60,6 +74,64 @@ class TokenizeConfig(dg.Config):
     )
 
 
+class QualityConfig(dg.Config):
+    """Gopher quality heuristics (datatrove's defaults); a bound set to null is off."""
+
+    enabled: bool = True
+    min_words: int | None = 50
+    max_words: int | None = 100_000
+    min_mean_word_length: float | None = 3.0
+    max_mean_word_length: float | None = 10.0
+    max_symbol_word_ratio: float | None = 0.1
+    max_bullet_lines_ratio: float | None = 0.9
+    max_ellipsis_lines_ratio: float | None = 0.3
+    min_alpha_words_ratio: float | None = 0.8
+    min_stop_words: int | None = 2
+
+
+class RepetitionConfig(dg.Config):
+    """Gopher repetition rules (datatrove's defaults); a bound set to null is off."""
+
+    enabled: bool = True
+    max_dup_line_ratio: float | None = 0.3
+    max_dup_para_ratio: float | None = 0.3
+    max_dup_line_char_ratio: float | None = 0.2
+    max_dup_para_char_ratio: float | None = 0.2
+    top_ngram_char_ratios: dict[str, float] = Field(
+        {"2": 0.20, "3": 0.18, "4": 0.16},
+        description="n -> max share of characters in the most frequent n-gram",
+    )
+    dup_ngram_char_ratios: dict[str, float] = Field(
+        {"5": 0.15, "6": 0.14, "7": 0.13, "8": 0.12, "9": 0.11, "10": 0.10},
+        description="n -> max share of characters in duplicated n-grams",
+    )
+
+
+class LanguageConfig(dg.Config):
+    enabled: bool = Field(True, description="Identify the language (columns language, score)")
+    languages: list[str] = Field(
+        ["en"], description="Languages to keep (ISO 639-1); empty: annotate only, keep all"
+    )
+    min_score: float = Field(0.65, description="Minimum probability of the language")
+
+
+class FlaggedWordsConfig(dg.Config):
+    enabled: bool = True
+    path: str | None = Field(
+        None, description="Word list (one per line); default: the shipped English list"
+    )
+    max_density: float = Field(0.01, description="Flagged words per word above which to drop")
+
+
+class DedupConfig(dg.Config):
+    exact: bool = Field(True, description="Drop exact duplicates (SHA-256 of the text)")
+    near: bool = Field(True, description="Drop near duplicates (MinHash LSH)")
+    ngram: int = Field(5, description="Words per shingle")
+    num_perm: int = Field(112, description="MinHash permutations")
+    bands: int = Field(14, description="LSH bands (num_perm must be a multiple)")
+    threshold: float = Field(0.8, description="Estimated Jaccard at which documents cluster")
+
+
 class FilterConfig(dg.Config):
     min_tokens: int = Field(10, description="Drop documents with fewer tokens (study: 10)")
     max_tokens: int | None = Field(None, description="Drop documents with more tokens")
@@ -69,6 +141,11 @@ class FilterConfig(dg.Config):
     label_mapping: dict[str, str] | None = Field(
         None, description="Map label values, e.g. {'1': 'negative', '5': 'positive'}"
     )
+    quality: QualityConfig = Field(default_factory=QualityConfig)
+    repetition: RepetitionConfig = Field(default_factory=RepetitionConfig)
+    flagged_words: FlaggedWordsConfig = Field(default_factory=FlaggedWordsConfig)
+    language: LanguageConfig = Field(default_factory=LanguageConfig)
+    dedup: DedupConfig = Field(default_factory=DedupConfig)
 
 
 class BatchesConfig(dg.Config):
@@ -154,10 +231,42 @@ def filter_spec(config: FilterConfig) -> FilterSpec:
         )
     elif config.label_mapping:
         raise ValueError("label_mapping is set but label_field is not: name the field to map")
+    q, r, f, lang, d = (
+        config.quality,
+        config.repetition,
+        config.flagged_words,
+        config.language,
+        config.dedup,
+    )
     return FilterSpec(
         length=LengthFilterSpec(min_tokens=config.min_tokens, max_tokens=config.max_tokens),
         label=label,
+        quality=QualitySpec(**q.model_dump(exclude={"enabled"})) if q.enabled else None,
+        repetition=RepetitionSpec(
+            **r.model_dump(exclude={"enabled", "top_ngram_char_ratios", "dup_ngram_char_ratios"}),
+            top_ngram_char_ratios=_ngram_bounds(r.top_ngram_char_ratios),
+            dup_ngram_char_ratios=_ngram_bounds(r.dup_ngram_char_ratios),
+        )
+        if r.enabled
+        else None,
+        flagged=FlaggedWordsSpec(path=f.path, max_density=f.max_density) if f.enabled else None,
+        language=LanguageSpec(languages=tuple(lang.languages), min_score=lang.min_score)
+        if lang.enabled
+        else None,
+        exact_dedup=ExactDedupSpec() if d.exact else None,
+        near_dedup=NearDedupSpec(
+            ngram=d.ngram, num_perm=d.num_perm, bands=d.bands, threshold=d.threshold
+        )
+        if d.near
+        else None,
     )
+
+
+def _ngram_bounds(bounds: dict[str, float]) -> tuple[tuple[int, float], ...]:
+    try:
+        return tuple(sorted((int(n), float(v)) for n, v in bounds.items()))
+    except ValueError as exc:
+        raise ValueError(f"n-gram bounds are keyed by n (an integer), got {bounds}") from exc
 
 
 def _batch_spec(config: BatchesConfig) -> BatchSpec:
@@ -188,7 +297,9 @@ def raw_documents(
     validate_run_config(context.run.run_config)
     spec = IngestSpec(text_field=config.text_field, csv_delimiter=config.csv_delimiter)
     ctx = _context(context, compute, warehouse)
-    report = stages.run_raw_documents(ctx, config.input_dir, spec, config.rows_per_shard)
+    report = stages.run_raw_documents(
+        ctx, config.input_dir, spec, config.rows_per_shard, data_root=warehouse.data_root_path
+    )
     return materialize_result(report, ctx.catalog, None)
 
 
@@ -201,7 +312,12 @@ def normalized_documents(
 ) -> dg.MaterializeResult:
     """The documents' text after a named normalization preset."""
     spec = NormalizeSpec(
-        preset=config.preset, unicode_form=config.unicode_form, strip_html=config.strip_html
+        preset=config.preset,
+        unicode_form=config.unicode_form,
+        strip_html=config.strip_html,
+        pii=PiiSpec(
+            mode=config.pii, kinds=tuple(config.pii_kinds), max_density=config.pii_max_density
+        ),
     )
     ctx = _context(context, compute, warehouse)
     report = stages.run_normalized_documents(ctx, spec)
@@ -219,6 +335,8 @@ def tokenized_documents(
 ) -> dg.MaterializeResult:
     """Token ids (all of them, no truncation) and counts, with the tokenizer's name and
     vocabulary fingerprint in every shard's footer."""
+    if config.tokenizer != GPT2:  # a path to tokenizer files: an input like any other
+        inside(config.tokenizer, warehouse.data_root_path, "tokenizer")
     spec = TokenizerSpec(
         name=config.tokenizer,
         engine=config.engine,
@@ -244,6 +362,8 @@ def filtered_documents(
 ) -> dg.MaterializeResult:
     """The documents that pass every filter; each dropped one is a reject with reason and value."""
     spec = filter_spec(config)
+    if config.flagged_words.path:
+        inside(config.flagged_words.path, warehouse.data_root_path, "flagged words list")
     ctx = _context(context, compute, warehouse)
     report = stages.run_filtered_documents(ctx, spec)
     return materialize_result(report, ctx.catalog, TOKENIZED_DOCUMENTS)

@@ -52,6 +52,27 @@ def reasons_markdown(reasons: dict[str, int]) -> str:
     return "\n".join(lines)
 
 
+_REJECT_SAMPLES_PER_REASON = 3
+
+
+def reject_samples_markdown(catalog: Catalog, asset: str) -> str:
+    """Up to three rejects per reason (first in source order), each with its location, value
+    and the start of its text: what a person reads to judge whether a filter is right."""
+    rows = catalog.query(
+        "SELECT reason, doc_id, source_file, source_line, value, sample FROM ("
+        "SELECT *, row_number() OVER (PARTITION BY reason ORDER BY source_file, source_line, "
+        f"doc_id) AS n FROM {asset}_rejects) WHERE n <= ? ORDER BY reason, n",
+        [_REJECT_SAMPLES_PER_REASON],
+    )
+    if not rows:
+        return "_no rejects_"
+    lines = ["| reason | doc_id | source | value | sample |", "|---|---|---|---|---|"]
+    for reason, doc_id, source_file, source_line, value, sample in rows:
+        cells = [reason, doc_id, f"{source_file}:{source_line}", value, sample]
+        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    return "\n".join(lines)
+
+
 def reconcile_check(
     report: StageReport, catalog: Catalog, upstream: str | None
 ) -> dg.AssetCheckResult:
@@ -95,6 +116,13 @@ def materialize_result(
     report: StageReport, catalog: Catalog, upstream: str | None, **extra: Any
 ) -> dg.MaterializeResult:
     """Metadata for the UI: counts, throughput, reject reasons, a sample, where to query it."""
+    with catalog.session():  # one catalog connection for every query below
+        return _materialize_result(report, catalog, upstream, **extra)
+
+
+def _materialize_result(
+    report: StageReport, catalog: Catalog, upstream: str | None, **extra: Any
+) -> dg.MaterializeResult:
     seconds = max(report.seconds, 1e-9)
     metadata: dict[str, Any] = {
         "dagster/row_count": report.rows_out,
@@ -107,12 +135,15 @@ def materialize_result(
         "seconds": round(report.seconds, 3),
         "rows_per_second": round(report.rows_in / seconds, 1),
         "reject_reasons": dg.MetadataValue.md(reasons_markdown(report.reject_reasons)),
+        "reject_samples": dg.MetadataValue.md(reject_samples_markdown(catalog, report.asset)),
         "sample": dg.MetadataValue.md(sample_markdown(report)),
         "folder": dg.MetadataValue.path(report.folder),
         "fingerprint": report.fingerprint,
         "query": dg.MetadataValue.md(
             f"```sql\n-- duckdb {catalog.path}\nSELECT * FROM {report.asset} LIMIT 10;\n"
-            f"SELECT reason, count(*) FROM {report.asset}_rejects GROUP BY reason;\n```"
+            f"SELECT reason, count(*) FROM {report.asset}_rejects GROUP BY reason;\n"
+            "-- why was a document dropped?\n"
+            "SELECT stage, reason, value FROM rejects WHERE doc_id = '<doc_id>';\n```"
         ),
     }
     for key, value in {**report.extra, **extra}.items():

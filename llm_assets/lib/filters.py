@@ -1,8 +1,16 @@
 """Document filters: each drop is a reject with its reason and the measured value.
 
-:class:`FilterSpec` is the chain ``filtered_documents`` runs, in order: token-count bounds, then
-the class label (for labelled SFT data). Each step sees only the rows the previous ones kept, so
-every row is rejected once, for the first reason that applies.
+:class:`FilterSpec` is the chain ``filtered_documents`` runs on every shard, in order: token-count
+bounds, the class label (labelled SFT data), language, Gopher quality heuristics, Gopher repetition
+rules, flagged words. Language comes before the Gopher rules, as in datatrove's pipelines: a
+French paragraph is rejected as ``wrong_language``, not as ``too_few_stop_words`` (the English
+stop-word rule would otherwise catch it first). Each step sees only the rows the previous ones
+kept, so every row is rejected once, for the first reason that applies. With deduplication on,
+the chain ends by annotating each document with its hashes; the global step
+(:mod:`llm_assets.lib.dedup`) then removes duplicates.
+
+A part set to ``None`` is off. :meth:`FilterSpec.standard` turns on what datatrove's and NeMo
+Curator's standard pipelines apply.
 """
 
 from __future__ import annotations
@@ -13,6 +21,10 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from llm_assets.lib.dedup import ExactDedupSpec, NearDedupSpec, dedup_annotate
+from llm_assets.lib.flagged import FlaggedWordsSpec, flagged_filter
+from llm_assets.lib.language import LanguageSpec, language_filter
+from llm_assets.lib.quality import QualitySpec, RepetitionSpec, quality_filter, repetition_filter
 from llm_assets.lib.schema import LABEL, METADATA, N_TOKENS, StageResult, drop_rows, empty_rejects
 
 FILTER_STAGE = "filter"
@@ -111,6 +123,34 @@ class FilterSpec:
 
     length: LengthFilterSpec = field(default_factory=LengthFilterSpec)
     label: LabelSpec | None = None
+    quality: QualitySpec | None = None
+    repetition: RepetitionSpec | None = None
+    flagged: FlaggedWordsSpec | None = None
+    language: LanguageSpec | None = None
+    exact_dedup: ExactDedupSpec | None = None
+    near_dedup: NearDedupSpec | None = None
+
+    @classmethod
+    def standard(cls, **overrides: object) -> FilterSpec:
+        """Every filter on with datatrove's defaults (English, Gopher rules, both dedups)."""
+        parts: dict[str, object] = {
+            "quality": QualitySpec(),
+            "repetition": RepetitionSpec(),
+            "flagged": FlaggedWordsSpec(),
+            "language": LanguageSpec(),
+            "exact_dedup": ExactDedupSpec(),
+            "near_dedup": NearDedupSpec(),
+        }
+        parts.update(overrides)
+        return cls(**parts)  # type: ignore[arg-type]
+
+    @property
+    def dedup(self) -> bool:
+        """Whether the global deduplication step runs after the per-shard chain."""
+        return bool(
+            (self.exact_dedup and self.exact_dedup.enabled)
+            or (self.near_dedup and self.near_dedup.enabled)
+        )
 
 
 def filter_table(table: pa.Table, spec: FilterSpec | LengthFilterSpec) -> StageResult:
@@ -121,6 +161,18 @@ def filter_table(table: pa.Table, spec: FilterSpec | LengthFilterSpec) -> StageR
     if spec.label is not None:
         label = spec.label
         steps.append(lambda t: attach_label(t, label))
+    if spec.language is not None and spec.language.enabled:
+        steps.append(lambda t: language_filter(t, spec.language))
+    if spec.quality is not None:
+        steps.append(lambda t: quality_filter(t, spec.quality))
+    if spec.repetition is not None:
+        steps.append(lambda t: repetition_filter(t, spec.repetition))
+    if spec.flagged is not None and spec.flagged.enabled:
+        steps.append(lambda t: flagged_filter(t, spec.flagged))
+    if spec.dedup:
+        exact = spec.exact_dedup or ExactDedupSpec(enabled=False)
+        near = spec.near_dedup or NearDedupSpec(enabled=False)
+        steps.append(lambda t: dedup_annotate(t, exact, near))
     rejects = [empty_rejects()]
     for step in steps:
         result = step(table)

@@ -32,7 +32,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from llm_assets.lib.schema import TEXT, StageResult, drop_rows, empty_rejects
+from llm_assets.lib.schema import TEXT, StageResult, drop_rows, empty_rejects, string_array
 
 FLAGGED_STAGE = "filter"
 FLAGGED_WORDS = "flagged_words"
@@ -123,14 +123,6 @@ def load_word_list(path: str | os.PathLike[str] | None = None) -> frozenset[str]
     except OSError as exc:
         raise OSError(f"cannot read flagged-word list {name}: {exc.strerror or exc}") from exc
     return _load(name, (stat.st_mtime_ns, stat.st_size))
-
-
-def _as_array(texts: pa.Array | pa.ChunkedArray | Sequence[str]) -> pa.Array:
-    if isinstance(texts, pa.ChunkedArray):
-        return texts.combine_chunks() if texts.num_chunks != 1 else texts.chunk(0)
-    if isinstance(texts, pa.Array):
-        return texts
-    return pa.array(list(texts), pa.string())
 
 
 @dataclass(frozen=True)
@@ -251,7 +243,7 @@ def flagged_counts(
 ) -> np.ndarray:
     """Number of flagged words in each text (int32): case-insensitive whole words, surrounding
     punctuation ignored, every word of a matched phrase counted, no word counted twice."""
-    array = _as_array(texts)
+    array = string_array(texts)
     if not words:
         return np.zeros(len(array), np.int32)
     return _count(array, frozenset(words))[0]
@@ -264,7 +256,7 @@ def flagged_filter(table: pa.Table, spec: FlaggedWordsSpec) -> StageResult:
     if not spec.enabled:
         return StageResult(table, empty_rejects())
     words = load_word_list(spec.path)  # also on an empty batch: a bad path fails early
-    flagged, n_words = _count(_as_array(table.column(TEXT)), words)
+    flagged, n_words = _count(string_array(table.column(TEXT)), words)
     density = np.zeros(len(flagged), np.float64)
     nonzero = n_words > 0
     density[nonzero] = flagged[nonzero] / n_words[nonzero]

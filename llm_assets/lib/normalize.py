@@ -33,7 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from llm_assets.lib.pii import PiiSpec, pii_kernel
-from llm_assets.lib.schema import TEXT, StageResult, drop_rows, empty_rejects
+from llm_assets.lib.schema import TEXT, StageResult, drop_rows, empty_rejects, string_array
 
 NORMALIZE_STAGE = "normalize"
 EMPTY_AFTER_NORMALIZE = "empty_after_normalize"
@@ -99,7 +99,7 @@ def normalize_array(texts: pa.Array | pa.ChunkedArray, spec: NormalizeSpec) -> p
         stripped = pc.replace_substring_regex(texts, _HTML_TAG, " ")
         texts = pa.array([html.unescape(t) for t in stripped.to_pylist()], pa.string())
     if spec.preset == "none":
-        return _combined(texts)
+        return string_array(texts)
     if spec.preset == "ascii_lower":
         # Unicode lowercase first (as str.lower does), then map Python whitespace to a space,
         # drop everything else outside [a-z0-9 ], collapse and strip.
@@ -107,14 +107,14 @@ def normalize_array(texts: pa.Array | pa.ChunkedArray, spec: NormalizeSpec) -> p
         out = pc.replace_substring_regex(out, f"[{_PY_WHITESPACE}]+", " ")
         out = pc.replace_substring_regex(out, "[^a-z0-9 ]+", "")
         out = pc.replace_substring_regex(out, " {2,}", " ")
-        return _combined(pc.utf8_trim(out, " "))
+        return string_array(pc.utf8_trim(out, " "))
     out = pc.utf8_normalize(texts, form=spec.unicode_form)
     out = pc.replace_substring_regex(out, r"\r\n?", "\n")
     out = pc.replace_substring_regex(out, _CONTROL, "")
     out = pc.replace_substring_regex(out, _HORIZONTAL_SPACE, " ")
     out = pc.replace_substring_regex(out, r" ?\n ?", "\n")
     out = pc.replace_substring_regex(out, r"\n{3,}", "\n\n")
-    return _combined(pc.utf8_trim(out, " \n"))
+    return string_array(pc.utf8_trim(out, " \n"))
 
 
 def normalize_table(table: pa.Table, spec: NormalizeSpec) -> StageResult:
@@ -143,7 +143,3 @@ def normalize_table(table: pa.Table, spec: NormalizeSpec) -> StageResult:
     if pii_rejects.num_rows:
         rejects = pa.concat_tables([pii_rejects, rejects])
     return StageResult(table.filter(pc.invert(empty)), rejects)
-
-
-def _combined(array: pa.Array | pa.ChunkedArray) -> pa.Array:
-    return array.combine_chunks() if isinstance(array, pa.ChunkedArray) else array

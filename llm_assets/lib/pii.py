@@ -47,7 +47,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from llm_assets.lib.schema import TEXT, StageResult, drop_rows, empty_rejects
+from llm_assets.lib.schema import TEXT, StageResult, drop_rows, empty_rejects, string_array
 
 PII_STAGE = "normalize"
 """PII handling runs inside the normalize stage; its rejects carry that stage name."""
@@ -275,14 +275,6 @@ def _any_pattern(kinds: Sequence[str]) -> str:
     return "|".join(f"(?:{parts[k]})" for k in _ORDER if k in kinds)
 
 
-def _as_array(texts: pa.Array | pa.ChunkedArray | Sequence[str]) -> pa.Array:
-    if isinstance(texts, pa.ChunkedArray):
-        return texts.combine_chunks() if texts.num_chunks != 1 else texts.chunk(0)
-    if isinstance(texts, pa.Array):
-        return texts
-    return pa.array(list(texts), pa.string())
-
-
 def _redact(
     texts: pa.Array | pa.ChunkedArray | Sequence[str], kinds: Sequence[str] = PII_KINDS
 ) -> tuple[pa.Array, dict[str, np.ndarray]]:
@@ -290,7 +282,7 @@ def _redact(
     for kind in kinds:
         if kind not in PII_KINDS:
             raise ValueError(f"unknown pii kind {kind!r}; known kinds are {PII_KINDS}")
-    array = _as_array(texts)
+    array = string_array(texts)
     n = len(array)
     counts = {k: np.zeros(n, np.int32) for k in PII_KINDS if k in kinds}
     if n == 0 or not kinds:
@@ -371,7 +363,7 @@ def pii_kernel(table: pa.Table, spec: PiiSpec) -> StageResult:
     rows = np.flatnonzero(total)
     if rows.size:
         # Words of the original text (a placeholder may stand for several).
-        originals = _as_array(table.column(TEXT)).take(pa.array(rows))
+        originals = string_array(table.column(TEXT)).take(pa.array(rows))
         tokens = pc.utf8_split_whitespace(originals)
         # Arrow yields an empty token for leading or trailing whitespace: not a word.
         real = pc.greater(pc.binary_length(pc.list_flatten(tokens)), 0)

@@ -8,6 +8,7 @@ the warehouse build one SQL view per asset and one per asset's rejects.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -72,6 +73,16 @@ def make_doc_id(source_file: str, source_line: int) -> str:
     """
     digest = hashlib.sha256(f"{source_file}\0{source_line}".encode()).hexdigest()
     return digest[:16]
+
+
+def string_array(texts: pa.Array | pa.ChunkedArray | Sequence[str]) -> pa.Array:
+    """One contiguous Arrow string array from an array, a chunked column or a Python sequence
+    (kernels take any of them; Arrow compute and numpy want one array)."""
+    if isinstance(texts, pa.ChunkedArray):
+        return texts.combine_chunks() if texts.num_chunks != 1 else texts.chunk(0)
+    if isinstance(texts, pa.Array):
+        return texts
+    return pa.array(list(texts), pa.string())
 
 
 def empty_rejects() -> pa.Table:

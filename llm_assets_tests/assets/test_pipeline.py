@@ -321,6 +321,15 @@ def test_megatron_output_holds_every_document_in_the_batches_order(sample_input,
     assert [train[i][:-1].tolist() for i in range(len(train))] == batches
 
 
+SHORT_TEXT_FILTERS = {
+    "quality": {"enabled": False},
+    "repetition": {"enabled": False},
+    "language": {"languages": []},
+}
+"""Instructions and reviews are short and may hold code: the Gopher rules (written for web
+pages) are off and language is only recorded; flagged words and both dedups stay on."""
+
+
 def test_sft_instructions_mask_the_prompt_and_review_labels_pass_through(tmp_path):
     """The shipped instruction set end to end: prompt tokens are -100 in labels, response tokens
     are learned; and review ratings become mapped sentiment labels in the batches."""
@@ -338,7 +347,7 @@ def test_sft_instructions_mask_the_prompt_and_review_labels_pass_through(tmp_pat
             raw_documents={"text_field": "output"},
             normalized_documents={"preset": "none"},
             tokenized_documents={"prompt_template": template},
-            filtered_documents={"min_tokens": 1},
+            filtered_documents={"min_tokens": 1, **SHORT_TEXT_FILTERS},
             training_batches={"layout": "padded", "seq_len": 512},
         ),
     )
@@ -364,7 +373,11 @@ def test_sft_instructions_mask_the_prompt_and_review_labels_pass_through(tmp_pat
         },
         run_config=pipeline_run_config(
             reviews,
-            filtered_documents={"label_field": "rating", "label_mapping": mapping},
+            filtered_documents={
+                "label_field": "rating",
+                "label_mapping": mapping,
+                **SHORT_TEXT_FILTERS,
+            },
             training_batches={"layout": "bucketed", "seq_len": 256},
         ),
     )

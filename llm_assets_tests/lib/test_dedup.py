@@ -25,6 +25,7 @@ from llm_assets.lib.dedup import (
     resolve_duplicates,
     shingle_hashes,
 )
+from llm_assets_tests.conftest import docs_table
 
 VOCAB = [f"word{i}" for i in range(3000)]
 
@@ -52,15 +53,7 @@ def _jaccard(a: str, b: str) -> float:
 
 
 def _table(texts: list[str], prefix: str = "d", source: str = "f.jsonl") -> pa.Table:
-    n = len(texts)
-    return pa.table(
-        {
-            "doc_id": pa.array([f"{prefix}{i:04d}" for i in range(n)], pa.string()),
-            "source_file": pa.array([source] * n, pa.string()),
-            "source_line": pa.array(range(1, n + 1), pa.int64()),
-            "text": pa.array(texts, pa.string()),
-        }
-    )
+    return docs_table(texts, prefix=prefix, width=4, source=source)
 
 
 def test_shingles_match_a_python_reference():

@@ -20,20 +20,9 @@ from llm_assets.lib.flagged import (
     load_word_list,
 )
 from llm_assets.lib.schema import REJECT_SCHEMA
+from llm_assets_tests.conftest import docs_table
 
 WORDS = frozenset({"ass", "shit", "damn it", "son of a bitch", "a$$"})
-
-
-def _table(texts: list[str]) -> pa.Table:
-    n = len(texts)
-    return pa.table(
-        {
-            "doc_id": pa.array([f"d{i}" for i in range(n)], pa.string()),
-            "source_file": pa.array(["f.jsonl"] * n, pa.string()),
-            "source_line": pa.array(list(range(1, n + 1)), pa.int64()),
-            "text": pa.array(texts, pa.string()),
-        }
-    )
 
 
 def _list_file(tmp_path, text: str, name: str = "words.txt") -> str:
@@ -80,7 +69,7 @@ def test_filter_rejects_dense_documents_with_reason_and_value(tmp_path):
     spec = FlaggedWordsSpec(path=_list_file(tmp_path, "shit\nass\n"), max_density=0.03)
     clean = "a perfectly clean sentence about classes and glasses"
     dirty = "shit " * 3 + "word " * 85  # 3 of 88 words
-    result = flagged_filter(_table([clean, dirty, "ass"]), spec)
+    result = flagged_filter(docs_table([clean, dirty, "ass"]), spec)
     assert result.kept["doc_id"].to_pylist() == ["d0"]
     assert result.kept.column_names == ["doc_id", "source_file", "source_line", "text"]
     assert result.rejects.schema == REJECT_SCHEMA
@@ -95,7 +84,7 @@ def test_density_exactly_at_the_threshold_passes(tmp_path, n_words, kept):
     spec = FlaggedWordsSpec(path=_list_file(tmp_path, "shit\n"), max_density=0.01)
     flagged = n_words // 100 or 1
     text = " ".join(["shit"] * flagged + ["word"] * (n_words - flagged))
-    result = flagged_filter(_table([text]), spec)
+    result = flagged_filter(docs_table([text]), spec)
     assert (result.kept.num_rows == 1) is kept
 
 
@@ -106,7 +95,7 @@ def test_custom_list_format(tmp_path):
     )
     assert load_word_list(path) == frozenset({"gros mot", "merde", "école"})
     result = flagged_filter(
-        _table(["Quelle MERDE !", "un gros mot", "l'école", "rien"]),
+        docs_table(["Quelle MERDE !", "un gros mot", "l'école", "rien"]),
         FlaggedWordsSpec(path=path, max_density=0.2),
     )
     assert result.kept["doc_id"].to_pylist() == ["d2", "d3"]  # "l'école" is not "école"
@@ -128,7 +117,7 @@ def test_missing_file_error_names_it(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"nope\.txt"):
         load_word_list(missing)
     with pytest.raises(FileNotFoundError, match=r"nope\.txt"):
-        flagged_filter(_table(["x"]), FlaggedWordsSpec(path=missing))
+        flagged_filter(docs_table(["x"]), FlaggedWordsSpec(path=missing))
 
 
 @pytest.mark.parametrize(
@@ -163,7 +152,9 @@ def test_shipped_list():
     # words with an everyday meaning are not on it
     assert not {"class", "hell", "damn", "cock", "bastard", "retard", "analysis"} & words
     result = flagged_filter(
-        _table(["What the fuck is this shit", "An ordinary sentence about a classic assessment."]),
+        docs_table(
+            ["What the fuck is this shit", "An ordinary sentence about a classic assessment."]
+        ),
         FlaggedWordsSpec(),
     )
     assert result.kept["doc_id"].to_pylist() == ["d1"]
@@ -171,13 +162,13 @@ def test_shipped_list():
 
 
 def test_disabled_is_the_identity():
-    table = _table(["shit " * 10])
+    table = docs_table(["shit " * 10])
     result = flagged_filter(table, FlaggedWordsSpec(enabled=False, path="/does/not/exist"))
     assert result.kept.equals(table) and result.rejects.num_rows == 0
 
 
-def test_empty_table():
-    result = flagged_filter(_table([]), FlaggedWordsSpec())
+def test_emptydocs_table():
+    result = flagged_filter(docs_table([]), FlaggedWordsSpec())
     assert result.kept.num_rows == 0 and result.rejects.num_rows == 0
 
 
@@ -222,5 +213,5 @@ _VOCABULARY = [
 def test_nothing_lost_and_counts_match_the_reference(texts, density):
     counts = flagged_counts(texts, _REFERENCE_WORDS)
     assert counts.tolist() == [_reference_count(t) for t in texts]
-    result = flagged_filter(_table(texts), FlaggedWordsSpec(max_density=density))
+    result = flagged_filter(docs_table(texts), FlaggedWordsSpec(max_density=density))
     assert result.kept.num_rows + result.rejects.num_rows == len(texts)

@@ -15,6 +15,7 @@ from llm_assets.lib.language import (
     language_filter,
     model_path,
 )
+from llm_assets_tests.conftest import docs_table
 
 TEXTS = {
     "en": "The committee published its annual report on the railways last week.",
@@ -22,18 +23,6 @@ TEXTS = {
     "de": "Der Ausschuss hat letzte Woche seinen Jahresbericht über die Bahn vorgelegt.",
     "es": "El comité publicó la semana pasada su informe anual sobre los ferrocarriles.",
 }
-
-
-def _table(texts: list[str]) -> pa.Table:
-    n = len(texts)
-    return pa.table(
-        {
-            "doc_id": pa.array([f"d{i}" for i in range(n)], pa.string()),
-            "source_file": pa.array(["f.jsonl"] * n, pa.string()),
-            "source_line": pa.array(range(1, n + 1), pa.int64()),
-            "text": pa.array(texts, pa.string()),
-        }
-    )
 
 
 def test_model_ships_in_the_package():
@@ -47,7 +36,7 @@ def test_identifies_each_language_with_confidence():
 
 
 def test_keeps_wanted_language_and_records_columns():
-    result = language_filter(_table(list(TEXTS.values())), LanguageSpec(languages=("en", "de")))
+    result = language_filter(docs_table(list(TEXTS.values())), LanguageSpec(languages=("en", "de")))
     assert result.kept[LANGUAGE].to_pylist() == ["en", "de"]
     assert result.kept.schema.field(LANGUAGE_SCORE).type == pa.float32()
     rejects = result.rejects.to_pylist()
@@ -57,13 +46,13 @@ def test_keeps_wanted_language_and_records_columns():
 
 
 def test_low_confidence_in_a_wanted_language_is_its_own_reason():
-    result = language_filter(_table(["12 34 56 !!", TEXTS["en"]]), LanguageSpec(min_score=0.65))
+    result = language_filter(docs_table(["12 34 56 !!", TEXTS["en"]]), LanguageSpec(min_score=0.65))
     assert result.kept["doc_id"].to_pylist() == ["d1"]
     assert result.rejects["reason"].to_pylist() == [LOW_LANGUAGE_SCORE]
 
 
 def test_no_languages_annotates_without_filtering():
-    result = language_filter(_table(list(TEXTS.values())), LanguageSpec(languages=()))
+    result = language_filter(docs_table(list(TEXTS.values())), LanguageSpec(languages=()))
     assert result.kept.num_rows == 4 and result.rejects.num_rows == 0
     assert result.kept[LANGUAGE].to_pylist() == list(TEXTS)
 
@@ -74,8 +63,8 @@ def test_newlines_and_long_texts_are_handled():
     assert codes.to_pylist()[0] == "fr"
 
 
-def test_empty_table():
-    result = language_filter(_table([]), LanguageSpec())
+def test_emptydocs_table():
+    result = language_filter(docs_table([]), LanguageSpec())
     assert result.kept.num_rows == 0 and LANGUAGE in result.kept.column_names
 
 

@@ -29,6 +29,7 @@ from llm_assets.lib.pii import (
     redact_pii,
 )
 from llm_assets.lib.schema import REJECT_SCHEMA
+from llm_assets_tests.conftest import docs_table
 
 
 def _redact(text: str, kinds=PII_KINDS) -> str:
@@ -36,16 +37,7 @@ def _redact(text: str, kinds=PII_KINDS) -> str:
 
 
 def _table(texts: list[str]) -> pa.Table:
-    n = len(texts)
-    return pa.table(
-        {
-            "doc_id": pa.array([f"d{i}" for i in range(n)], pa.string()),
-            "source_file": pa.array(["f.jsonl"] * n, pa.string()),
-            "source_line": pa.array(list(range(1, n + 1)), pa.int64()),
-            "text": pa.array(texts, pa.string()),
-            "metadata": pa.array([None] * n, pa.string()),
-        }
-    )
+    return docs_table(texts, metadata=True)
 
 
 # --- each kind: positives ---------------------------------------------------------------------
