@@ -162,11 +162,30 @@ def test_parquet_with_the_wrong_schema_rejects_every_row_naming_the_problem(tmp_
     assert read(tmp_path / "ints.parquet")[1]["reason"].to_pylist() == [NON_STRING_TEXT] * 2
 
 
-def test_a_long_single_line_is_read(tmp_path):
-    text = "word " * 1_000_000  # 5 MB on one line
-    (tmp_path / "long.jsonl").write_text(json.dumps({"text": text}) + "\n")
-    kept, _ = read(tmp_path / "long.jsonl")
-    assert kept["text"][0].as_py() == text
+def test_a_50_mb_single_line_is_read(tmp_path):
+    text = "word " * 10_000_000  # 50 MB on one line, between two ordinary lines
+    (tmp_path / "long.jsonl").write_text(
+        '{"text": "before"}\n' + json.dumps({"text": text}) + '\n{"text": "after"}\n'
+    )
+    kept, rejects = read(tmp_path / "long.jsonl")
+    assert kept["source_line"].to_pylist() == [1, 2, 3] and rejects.num_rows == 0
+    assert kept["text"][1].as_py() == text
+
+
+def test_duplicate_ids_in_the_input_do_not_collide(tmp_path):
+    """Records carrying the same ``doc_id`` field (twice in one file, once in another) stay
+    distinct documents: our ids come from the location; theirs stays in ``metadata``."""
+    line = '{"doc_id": "same", "text": "one text"}\n'
+    (tmp_path / "a.jsonl").write_text(line * 2)
+    (tmp_path / "b.jsonl").write_text(line)
+    ids, metadata = [], []
+    for name in ("a.jsonl", "b.jsonl"):
+        kept, rejects = read(tmp_path / name)
+        assert rejects.num_rows == 0
+        ids += kept["doc_id"].to_pylist()
+        metadata += kept["metadata"].to_pylist()
+    assert len(set(ids)) == 3
+    assert all(json.loads(m) == {"doc_id": "same"} for m in metadata)
 
 
 def test_unsupported_file_type_is_an_error_naming_it(tmp_path):
