@@ -113,6 +113,7 @@ class LanguageConfig(dg.Config):
         ["en"], description="Languages to keep (ISO 639-1); empty: annotate only, keep all"
     )
     min_score: float = Field(0.65, description="Minimum probability of the language")
+    max_chars: int = Field(500, description="Characters read from the start of each document")
 
 
 class FlaggedWordsConfig(dg.Config):
@@ -250,7 +251,9 @@ def filter_spec(config: FilterConfig) -> FilterSpec:
         if r.enabled
         else None,
         flagged=FlaggedWordsSpec(path=f.path, max_density=f.max_density) if f.enabled else None,
-        language=LanguageSpec(languages=tuple(lang.languages), min_score=lang.min_score)
+        language=LanguageSpec(
+            languages=tuple(lang.languages), min_score=lang.min_score, max_chars=lang.max_chars
+        )
         if lang.enabled
         else None,
         exact_dedup=ExactDedupSpec() if d.exact else None,
