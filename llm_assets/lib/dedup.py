@@ -104,7 +104,9 @@ def shingle_hashes(
     to (ascending). Words are lowercased and split on whitespace; a text shorter than ``ngram``
     words is one shingle of all its words; a text without words has none. Vectorized: each
     distinct word is hashed once per batch, n-gram hashes are mixed from word hashes with numpy."""
-    words = pc.utf8_split_whitespace(pc.utf8_lower(texts))
+    # Trim first: pyarrow 26's split sometimes keeps a text's trailing non-ASCII whitespace on
+    # its last word, which would make the shingles depend on memory layout.
+    words = pc.utf8_split_whitespace(pc.utf8_rtrim_whitespace(pc.utf8_lower(texts)))
     if isinstance(words, pa.ChunkedArray):
         words = words.combine_chunks()
     flat = words.flatten()

@@ -187,7 +187,8 @@ _ALNUM = frozenset("abcdefghijklmnopqrstuvwxyz0123456789")
 def _count_lowered(lowered: pa.Array, lookup: _Lookup) -> tuple[np.ndarray, np.ndarray]:
     """Flagged words and words per (lowercased) text."""
     n = len(lowered)
-    tokens = pc.utf8_split_whitespace(lowered)
+    # Trimmed first: pyarrow 26's split sometimes keeps trailing non-ASCII whitespace.
+    tokens = pc.utf8_split_whitespace(pc.utf8_rtrim_whitespace(lowered))
     flat = pc.list_flatten(tokens)
     parents = pc.list_parent_indices(tokens).to_numpy()
     # Arrow yields an empty token for leading or trailing whitespace: not a word.

@@ -364,7 +364,8 @@ def pii_kernel(table: pa.Table, spec: PiiSpec) -> StageResult:
     if rows.size:
         # Words of the original text (a placeholder may stand for several).
         originals = string_array(table.column(TEXT)).take(pa.array(rows))
-        tokens = pc.utf8_split_whitespace(originals)
+        # Trimmed first: pyarrow 26's split sometimes keeps trailing non-ASCII whitespace.
+        tokens = pc.utf8_split_whitespace(pc.utf8_rtrim_whitespace(originals))
         # Arrow yields an empty token for leading or trailing whitespace: not a word.
         real = pc.greater(pc.binary_length(pc.list_flatten(tokens)), 0)
         parents = pc.list_parent_indices(tokens).to_numpy()
