@@ -1,10 +1,11 @@
 """Document filters: each drop is a reject with its reason and the measured value.
 
 :class:`FilterSpec` is the chain ``filtered_documents`` runs on every shard, in order: token-count
-bounds, the class label (labelled SFT data), language, Gopher quality heuristics, Gopher repetition
-rules, flagged words. Language comes before the Gopher rules, as in datatrove's pipelines: a
-French paragraph is rejected as ``wrong_language``, not as ``too_few_stop_words`` (the English
-stop-word rule would otherwise catch it first). Each step sees only the rows the previous ones
+bounds, the class label (labelled SFT data), the Gopher quality heuristics but the stop-word rule,
+the Gopher repetition rules, flagged words, language, and last the stop-word rule. The cheap,
+language-neutral rules come first, so the costly language model sees fewer documents; the
+English stop-word rule comes after language, so a French paragraph is rejected as
+``wrong_language``, not as ``too_few_stop_words``. Each step sees only the rows the previous ones
 kept, so every row is rejected once, for the first reason that applies. With deduplication on,
 the chain ends by annotating each document with its hashes; the global step
 (:mod:`llm_assets.lib.dedup`) then removes duplicates.
@@ -16,7 +17,7 @@ Curator's standard pipelines apply.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -153,6 +154,22 @@ class FilterSpec:
         )
 
 
+def _split_stop_words(
+    quality: QualitySpec | None,
+) -> tuple[QualitySpec | None, QualitySpec | None]:
+    """The Gopher rules without the stop-word rule, and the stop-word rule alone (or None).
+
+    The stop-word rule is English-specific: run before language identification it would reject a
+    French paragraph as ``too_few_stop_words``; after it, the paragraph is ``wrong_language``.
+    The other rules are cheap and language-neutral, so they run first and the costly language
+    model sees only the documents they kept."""
+    if quality is None or quality.min_stop_words is None:
+        return quality, None
+    only: dict[str, object] = {f.name: None for f in fields(QualitySpec)}
+    only.update(min_stop_words=quality.min_stop_words, stop_words=quality.stop_words)
+    return replace(quality, min_stop_words=None), QualitySpec(**only)  # type: ignore[arg-type]
+
+
 def filter_table(table: pa.Table, spec: FilterSpec | LengthFilterSpec) -> StageResult:
     """Kernel of ``filtered_documents``: run the filter chain, collecting every step's rejects."""
     if isinstance(spec, LengthFilterSpec):
@@ -161,14 +178,17 @@ def filter_table(table: pa.Table, spec: FilterSpec | LengthFilterSpec) -> StageR
     if spec.label is not None:
         label = spec.label
         steps.append(lambda t: attach_label(t, label))
-    if spec.language is not None and spec.language.enabled:
-        steps.append(lambda t: language_filter(t, spec.language))
-    if spec.quality is not None:
-        steps.append(lambda t: quality_filter(t, spec.quality))
+    quality, stop_words = _split_stop_words(spec.quality)
+    if quality is not None:
+        steps.append(lambda t: quality_filter(t, quality))
     if spec.repetition is not None:
         steps.append(lambda t: repetition_filter(t, spec.repetition))
     if spec.flagged is not None and spec.flagged.enabled:
         steps.append(lambda t: flagged_filter(t, spec.flagged))
+    if spec.language is not None and spec.language.enabled:
+        steps.append(lambda t: language_filter(t, spec.language))
+    if stop_words is not None:
+        steps.append(lambda t: quality_filter(t, stop_words))
     if spec.dedup:
         exact = spec.exact_dedup or ExactDedupSpec(enabled=False)
         near = spec.near_dedup or NearDedupSpec(enabled=False)

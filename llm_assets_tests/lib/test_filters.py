@@ -109,3 +109,29 @@ def test_label_without_mapping_passes_values_through_and_length_rejects_come_fir
     )
     assert result.kept["label"].to_pylist() == ["art"]
     assert result.rejects["reason"].to_pylist() == ["too_few_tokens"]
+
+
+def test_standard_chain_names_the_most_telling_reason():
+    """Cheap language-neutral rules first, language next, the English stop-word rule last: a
+    French paragraph is ``wrong_language`` (not ``too_few_stop_words``), English without stop
+    words is ``too_few_stop_words``, a short note is ``too_few_words`` before any model runs."""
+    import pyarrow as pa
+
+    from llm_assets.lib.filters import FilterSpec, filter_table
+    from llm_assets_tests.conftest import docs_table
+
+    french = (
+        "Le conseil municipal a voté hier soir un nouveau budget pour la rénovation des écoles "
+        "primaires du quartier nord, après plusieurs mois de débats entre les élus de la majorité "
+        "et ceux de l'opposition, qui réclamaient davantage de moyens pour les cantines scolaires "
+        "et pour l'entretien des gymnases construits dans les années soixante-dix dans la ville."
+    )
+    telegraphic = " ".join(["council votes budget school repairs north district"] * 8)
+    texts = [french, telegraphic, "A short note."]
+    table = docs_table(texts)
+    table = table.append_column("n_tokens", pa.array([100, 100, 100], pa.int32()))
+    spec = FilterSpec.standard(exact_dedup=None, near_dedup=None, repetition=None)
+    result = filter_table(table, spec)
+    assert dict(
+        zip(result.rejects["doc_id"].to_pylist(), result.rejects["reason"].to_pylist(), strict=True)
+    ) == {"d0": "wrong_language", "d1": "too_few_stop_words", "d2": "too_few_words"}
