@@ -7,6 +7,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -108,6 +109,10 @@ def test_two_runs_at_once_both_succeed_and_the_catalog_stays_whole(sample_input,
     env = _env(tmp_path)
     shutil.copy(REPO / "dagster.yaml", Path(env["DAGSTER_HOME"]) / "dagster.yaml")
     config = _write_config(tmp_path, sample_input, root, 1000)
+    # The instance exists before two runs can overlap (a sensor needs a running daemon); creating
+    # its SQLite tables from two processes at once is a race inside Dagster, not ours.
+    migrate = [sys.executable, "-m", "dagster", "instance", "migrate"]
+    subprocess.run(migrate, cwd=tmp_path, env=env, check=True, capture_output=True, timeout=300)
     runs = [
         subprocess.Popen(
             _job_command([config]),
