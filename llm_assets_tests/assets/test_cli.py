@@ -77,11 +77,11 @@ def test_dagster_job_execute_with_the_shipped_backend_config(sample_input, tmp_p
 def test_run_killed_midway_finishes_the_rest_byte_identical(tmp_path):
     input_dir = tmp_path / "input"
     input_dir.mkdir()
-    write_corpus(input_dir / "corpus.jsonl", 30_000, seed=7)
+    write_corpus(input_dir / "corpus.jsonl", 12_000, seed=7)
     env = _env(tmp_path)
     killed_root, clean_root = tmp_path / "killed", tmp_path / "clean"
-    killed_config = _write_config(tmp_path, input_dir, killed_root, 500)
-    clean_config = _write_config(tmp_path, input_dir, clean_root, 500)
+    killed_config = _write_config(tmp_path, input_dir, killed_root, 200)
+    clean_config = _write_config(tmp_path, input_dir, clean_root, 200)
 
     process = subprocess.Popen(
         _job_command([killed_config]),
