@@ -13,6 +13,11 @@ nothing is downloaded. Two engines read those same files:
 Both engines encode special-token strings such as ``<|endoftext|>`` found in the text as plain
 text: a document must not be able to inject an end-of-document marker into packed sequences.
 
+For GPT-2, :meth:`Tokenizer.encode_arrow` encodes each distinct word of a batch once instead of
+every occurrence (GPT-2's pre-tokenizer starts a new piece at every single space between words, so
+a row's ids are its words' ids in order); rows with any other whitespace are encoded whole. Tests
+check it against row-by-row encoding on random text.
+
 Stored ids are never truncated. They are ``uint16`` when the vocabulary fits (GPT-2 does),
 ``int32`` otherwise.
 """
@@ -21,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.resources
+import itertools
 import json
 import string
 from dataclasses import dataclass
@@ -30,6 +36,7 @@ from typing import Literal, Protocol
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from llm_assets.lib.schema import (
     INPUT_IDS,
@@ -40,6 +47,7 @@ from llm_assets.lib.schema import (
     StageResult,
     drop_rows,
     empty_rejects,
+    string_array,
 )
 
 GPT2 = "gpt2"
@@ -89,10 +97,23 @@ class Tokenizer:
     eos_id: int | None
     pad_id: int
     encoder: _Encoder
+    words_exact: bool = False
+    """True when encoding a text equals concatenating the encodings of its space-separated words
+    (each but the first with its leading space) whenever the text's only whitespace is single
+    ASCII spaces between words: GPT-2's pre-tokenizer always starts a new piece at such a space.
+    :meth:`encode_arrow` then encodes each distinct word once per batch."""
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         """Token ids of every text, in order, without truncation or special tokens."""
         return self.encoder(texts)
+
+    def encode_arrow(self, texts: pa.Array | pa.ChunkedArray) -> tuple[pa.Array, pa.Array]:
+        """Token ids of a string column as an Arrow list column (the vocabulary's dtype) and
+        int32 counts; equal to :meth:`encode_batch` row by row (null encodes as empty)."""
+        texts = string_array(texts)
+        if not self.words_exact:
+            return ids_to_arrow(self.encode_batch(texts.fill_null("").to_pylist()), self.vocab_size)
+        return _encode_by_words(self, texts.fill_null(""))
 
     def __len__(self) -> int:
         return self.vocab_size
@@ -179,6 +200,7 @@ def _gpt2_tiktoken(threads: int) -> Tokenizer:
         eos_id=GPT2_EOS_ID,
         pad_id=GPT2_EOS_ID,
         encoder=encode,
+        words_exact=True,
     )
 
 
@@ -298,15 +320,95 @@ def render_prompts(metadata: list[str | None], template: str) -> tuple[list[str 
 
 def ids_to_arrow(ids: list[list[int]], vocab_size: int) -> tuple[pa.Array, pa.Array]:
     """Token id lists as an Arrow list column of the vocabulary's dtype, plus int32 counts."""
-    counts = np.fromiter((len(x) for x in ids), dtype=np.int32, count=len(ids))
-    offsets = np.zeros(len(ids) + 1, dtype=np.int32)
-    np.cumsum(counts, out=offsets[1:])
+    counts = np.fromiter(map(len, ids), dtype=np.int32, count=len(ids))
     dtype = token_dtype(vocab_size)
     flat = np.fromiter(
-        (t for row in ids for t in row), dtype=dtype.to_pandas_dtype(), count=int(offsets[-1])
+        itertools.chain.from_iterable(ids), dtype=dtype.to_pandas_dtype(), count=int(counts.sum())
     )
-    lists = pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat, type=dtype))
-    return lists, pa.array(counts, pa.int32())
+    return _lists(flat, counts, dtype), pa.array(counts, pa.int32())
+
+
+def _lists(flat: np.ndarray, counts: np.ndarray, dtype: pa.DataType) -> pa.Array:
+    return _lists_from(pa.array(flat, type=dtype), counts)
+
+
+# Bytes that may start whitespace other than a single ASCII space: ASCII \t-\r and \x1c-\x1f,
+# and the UTF-8 lead bytes of every non-ASCII White_Space code point (U+0085 and U+00A0 start with
+# C2, U+1680 and U+180E with E1, U+2000-U+205F with E2, U+3000 with E3). Conservative: a row that
+# holds one of them (or a double, leading or trailing space) is simply encoded whole.
+_NOT_WORD_SEPARATED = np.zeros(256, dtype=bool)
+_NOT_WORD_SEPARATED[[9, 10, 11, 12, 13, 0x1C, 0x1D, 0x1E, 0x1F, 0xC2, 0xE1, 0xE2, 0xE3]] = True
+_SPACE = 0x20
+
+
+def _word_separated(texts: pa.StringArray) -> np.ndarray:
+    """Per row: is its only whitespace single ASCII spaces between non-space characters?"""
+    width = np.int64 if pa.types.is_large_string(texts.type) else np.int32
+    offsets = np.frombuffer(texts.buffers()[1], dtype=width)[
+        texts.offset : texts.offset + len(texts) + 1
+    ].astype(np.int64)
+    data = np.frombuffer(texts.buffers()[2] or b"", dtype=np.uint8)[offsets[0] : offsets[-1]]
+    offsets = offsets - offsets[0]
+    space = data == _SPACE
+    flagged = _NOT_WORD_SEPARATED[data]
+    flagged[:-1] |= space[:-1] & space[1:]  # a double space (or one spanning two rows: both bad)
+    bad = np.zeros(len(texts), dtype=bool)
+    bad[np.searchsorted(offsets, np.flatnonzero(flagged), side="right") - 1] = True
+    nonempty = np.flatnonzero(offsets[1:] > offsets[:-1])
+    bad[nonempty[space[offsets[nonempty]] | space[offsets[nonempty + 1] - 1]]] = True
+    return ~bad
+
+
+def _encode_by_words(tok: Tokenizer, texts: pa.StringArray) -> tuple[pa.Array, pa.Array]:
+    """:meth:`Tokenizer.encode_arrow` for tokenizers whose ids split at single spaces: each
+    distinct word (with or without its leading space) of the batch is encoded once and the rows
+    are assembled with an Arrow take. Rows with any other whitespace are encoded whole."""
+    dtype = token_dtype(tok.vocab_size)
+    if len(texts) == 0:
+        return _lists(np.zeros(0, dtype.to_pandas_dtype()), np.zeros(0, np.int32), dtype), pa.array(
+            [], pa.int32()
+        )
+    simple = _word_separated(texts)
+    if not simple.any():
+        return ids_to_arrow(tok.encode_batch(texts.to_pylist()), tok.vocab_size)
+    if not simple.all():
+        fast_rows, whole_rows = np.flatnonzero(simple), np.flatnonzero(~simple)
+        fast = _encode_by_words(tok, texts.take(pa.array(fast_rows)))
+        whole = tok.encode_batch(texts.take(pa.array(whole_rows)).to_pylist())
+        rest = ids_to_arrow(whole, tok.vocab_size)
+        order = pa.array(np.argsort(np.concatenate([fast_rows, whole_rows]), kind="stable"))
+        lists = pa.concat_arrays([fast[0], rest[0]]).take(order)
+        return lists, pa.concat_arrays([fast[1], rest[1]]).take(order)
+    words = pc.split_pattern(texts, " ")
+    word_offsets = np.asarray(words.offsets, dtype=np.int64)
+    encoded = words.flatten().dictionary_encode()
+    # A piece is a distinct word, with its leading space unless it starts the row: 2 * word + 1.
+    keys = encoded.indices.to_numpy().astype(np.int64) * 2 + 1
+    keys[word_offsets[:-1]] -= 1
+    present = np.bincount(keys, minlength=2 * len(encoded.dictionary)) > 0
+    used = np.flatnonzero(present)
+    dense = np.cumsum(present) - 1
+    dictionary = encoded.dictionary.to_pylist()
+    pieces = [(" " if key & 1 else "") + dictionary[key >> 1] for key in used.tolist()]
+    piece_ids = tok.encode_batch(pieces)
+    piece_counts = np.fromiter(map(len, piece_ids), dtype=np.int32, count=len(piece_ids))
+    flat_ids = np.fromiter(
+        itertools.chain.from_iterable(piece_ids),
+        dtype=dtype.to_pandas_dtype(),
+        count=int(piece_counts.sum()),
+    )
+    word_pieces = pa.array(dense[keys])
+    ids = _lists(flat_ids, piece_counts, dtype).take(word_pieces).flatten()
+    word_counts = piece_counts[dense[keys]]
+    # every row has at least one word (split of "" is [""]), so reduceat sees no empty segment
+    counts = np.add.reduceat(word_counts, word_offsets[:-1]).astype(np.int32)
+    return _lists_from(ids, counts), pa.array(counts, pa.int32())
+
+
+def _lists_from(values: pa.Array, counts: np.ndarray) -> pa.Array:
+    offsets = np.zeros(len(counts) + 1, dtype=np.int32)
+    np.cumsum(counts, out=offsets[1:])
+    return pa.ListArray.from_arrays(pa.array(offsets), values)
 
 
 def tokenize_table(table: pa.Table, spec: TokenizerSpec) -> StageResult:
@@ -332,10 +434,12 @@ def tokenize_table(table: pa.Table, spec: TokenizerSpec) -> StageResult:
             table, rejects = result.kept, result.rejects
             prompts = [p for p in prompts if p is not None]
         prompt_ids = tok.encode_batch(prompts)
-    ids = tok.encode_batch(table.column(TEXT).to_pylist())
-    if prompt_ids is not None:
+    if prompt_ids is None:
+        lists, counts = tok.encode_arrow(table.column(TEXT))
+    else:
+        ids = tok.encode_batch(table.column(TEXT).to_pylist())
         ids = [p + r for p, r in zip(prompt_ids, ids, strict=True)]
-    lists, counts = ids_to_arrow(ids, tok.vocab_size)
+        lists, counts = ids_to_arrow(ids, tok.vocab_size)
     table = table.append_column(pa.field(INPUT_IDS, lists.type, nullable=False), lists)
     table = table.append_column(pa.field(N_TOKENS, pa.int32(), nullable=False), counts)
     if prompt_ids is not None:

@@ -62,6 +62,72 @@ def test_fast_path_equals_reference_on_random_unicode(texts):
     assert FAST.build().encode_batch(texts) == REFERENCE.build().encode_batch(texts)
 
 
+TRICKY = [
+    "",
+    "a",
+    "hello world",
+    " leading",
+    "trailing ",
+    "two  spaces",
+    " ",
+    "  ",
+    "it's 12abc x'll they're",
+    "tab\tand\nnewline",
+    "caf\u00e9 na\u00efve \u00e0",
+    "no\u00a0break and\u3000ideographic and\u2009thin",
+    "<|endoftext|> stays text",
+    "emoji \U0001f600 x \U0001f600\U0001f600",
+    "a , b . c ' d",
+    "123 4567 89a b12",
+    # splitting these at their spaces would change the ids (found by brute force over 5 chars)
+    " \u00a0 \u00a0",
+    "a \u00a0 \u00a0",
+    "\n \u00a0 \u00a0 ",
+]
+_WORDISH = st.lists(
+    st.sampled_from([*"ab Z1'.,-\u00e9\u00a0\u3000\t\n\x1c", "\U0001f600", "  ", "the", " it's"]),
+    max_size=20,
+).map("".join)
+
+
+def _arrow_equals_rows(texts: pa.Array) -> None:
+    tok = FAST.build()
+    lists, counts = tok.encode_arrow(texts)
+    expected = tok.encode_batch([t or "" for t in texts.to_pylist()])
+    assert lists.to_pylist() == expected
+    assert counts.to_pylist() == [len(ids) for ids in expected]
+    assert lists.type == pa.list_(pa.uint16())
+
+
+def test_arrow_encoding_by_distinct_words_equals_row_by_row_encoding():
+    """encode_arrow encodes each distinct word once; rows with other whitespace than single
+    spaces between words (tabs, newlines, no-break spaces, doubled, leading or trailing spaces)
+    are encoded whole. Either way the ids equal encoding each row."""
+    _arrow_equals_rows(pa.array(TRICKY))
+    _arrow_equals_rows(pa.array(TRICKY[2:6]))  # only rows that need the whole-row path
+    _arrow_equals_rows(pa.array(["x y", "y x", "x"]))  # only the word path
+    _arrow_equals_rows(pa.array([], pa.string()))
+    _arrow_equals_rows(pa.array([*TRICKY, None]))  # a null row encodes as empty
+    _arrow_equals_rows(pa.array(TRICKY).slice(3, 9))  # offsets not starting at zero
+    _arrow_equals_rows(pa.array(TRICKY, pa.large_string()))
+    chunked = pa.chunked_array([pa.array(TRICKY[:5]), pa.array(TRICKY[5:])])
+    lists, _ = FAST.build().encode_arrow(chunked)
+    assert lists.to_pylist() == FAST.build().encode_batch(TRICKY)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(_WORDISH, st.text(max_size=30)), max_size=12))
+def test_arrow_encoding_equals_row_encoding_on_random_text(texts):
+    _arrow_equals_rows(pa.array(texts, pa.string()))
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_arrow_encoding_equals_reference_on_the_sample(preset):
+    texts = normalize_array(pa.array(_sample_texts()), NormalizeSpec(preset=preset))
+    lists, _ = FAST.build().encode_arrow(texts)
+    assert lists.to_pylist() == REFERENCE.build().encode_batch(texts.to_pylist())
+
+
 def test_threads_do_not_change_ids():
     texts = _sample_texts()[:500]
     threaded = TokenizerSpec(engine="tiktoken", threads=2).build()
