@@ -90,6 +90,9 @@ from llm_assets.warehouse.shards import (
 
 TOKENIZER_META = "llm_assets.tokenizer."
 DEFAULT_ROWS_PER_SHARD = 10_000
+RECORD_EVERY_S = 1.0
+"""Finished shards are recorded in the catalog in groups, at most this long after they finish (a
+DuckDB commit costs ~20 ms; a shard finished but not yet recorded is still found by its footer)."""
 SHUFFLE_BUCKET_BYTES = 16 * 1024 * 1024
 """Target size of one shuffle bucket: bounds the memory of one gather task."""
 DEDUP_MEMORY_LIMIT = "1GB"
@@ -245,6 +248,14 @@ def _execute(
         ctx.log.info(f"{asset}: {len(records)} of {len(planned)} shard(s) already complete, reused")
     ctx.log.info(f"{asset}: computing {len(todo)} shard(s) on {ctx.backend}")
     done = 0
+    unrecorded: list[ShardRecord] = []
+    last_recorded = time.monotonic()
+
+    def record_finished() -> None:
+        nonlocal last_recorded
+        ctx.catalog.record_shards(unrecorded)
+        unrecorded.clear()
+        last_recorded = time.monotonic()
 
     def on_result(j: int, stats: ShardStats) -> None:
         nonlocal done
@@ -268,14 +279,19 @@ def _execute(
             seconds=stats.seconds,
         )
         records[todo[j]] = record
-        ctx.catalog.record_shards([record])
+        unrecorded.append(record)
+        if time.monotonic() - last_recorded >= RECORD_EVERY_S:
+            record_finished()
         done += 1
         ctx.log.info(
             f"{asset}: shard {plan.shard} done ({done}/{len(todo)}): {stats.rows_in} in, "
             f"{stats.rows_out} out, {stats.rows_rejected} rejected, {stats.seconds:.2f} s"
         )
 
-    run_on_backend(ctx, asset, folder, fn, [planned[i].task for i in todo], on_result)
+    try:
+        run_on_backend(ctx, asset, folder, fn, [planned[i].task for i in todo], on_result)
+    finally:
+        record_finished()  # a failed run keeps what it finished
     # A worker killed mid-shard leaves its temporary files; its retry wrote new ones.
     if stale := remove_stale_temporaries(folder):
         ctx.log.info(f"{asset}: removed {stale} temporary file(s) of interrupted attempts")

@@ -19,9 +19,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from llm_assets.lib.schema import TEXT, StageResult, drop_rows
+from llm_assets.lib.schema import LANGUAGE, TEXT, StageResult, drop_rows
 
-LANGUAGE = "language"
 LANGUAGE_SCORE = "language_score"
 WRONG_LANGUAGE = "wrong_language"
 LOW_LANGUAGE_SCORE = "low_language_score"

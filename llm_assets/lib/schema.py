@@ -31,6 +31,8 @@ PROMPT_TOKENS = "prompt_tokens"
 """SFT rows: how many leading ``input_ids`` are the prompt (masked out of the loss)."""
 LABEL = "label"
 """Optional class label (e.g. a review's sentiment) passed through to the batches."""
+LANGUAGE = "language"
+"""ISO 639 code found by the language filter (:mod:`llm_assets.lib.language`)."""
 
 DOCUMENT_SCHEMA = pa.schema(
     [
@@ -46,6 +48,9 @@ DOCUMENT_SCHEMA = pa.schema(
 # --- rejects ----------------------------------------------------------------------------------
 STAGE = "stage"
 REASON = "reason"
+CATEGORICAL_COLUMNS = frozenset({SOURCE_FILE, LABEL, LANGUAGE, STAGE, REASON})
+"""Columns with few distinct values: the only ones worth Parquet dictionary encoding (trying it
+on unique text and token ids costs a third of the write time and saves nothing)."""
 VALUE = "value"
 SAMPLE = "sample"
 SAMPLE_CHARS = 200

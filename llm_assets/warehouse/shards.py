@@ -23,6 +23,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from llm_assets.lib.schema import CATEGORICAL_COLUMNS
+
 META_PREFIX = "llm_assets."
 INPUT_FINGERPRINT = "llm_assets.input_fingerprint"
 ROWS_IN = "llm_assets.rows_in"
@@ -99,6 +101,7 @@ class AtomicParquetWriter:
             self.schema,
             compression=compression,
             compression_level=compression_level,
+            use_dictionary=[n for n in self.schema.names if n in CATEGORICAL_COLUMNS] or False,
         )
 
     def write(self, table: pa.Table | pa.RecordBatch) -> None:
