@@ -113,7 +113,13 @@ class LanguageConfig(dg.Config):
         ["en"], description="Languages to keep (ISO 639-1); empty: annotate only, keep all"
     )
     min_score: float = Field(0.65, description="Minimum probability of the language")
-    max_chars: int = Field(500, description="Characters read from the start of each document")
+    max_chars: int = Field(
+        500,
+        description=(
+            "At most this many characters are read from the start of each document: 200 first, "
+            "and up to max_chars for documents identified with a score below 0.9"
+        ),
+    )
 
 
 class FlaggedWordsConfig(dg.Config):

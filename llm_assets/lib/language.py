@@ -26,6 +26,8 @@ WRONG_LANGUAGE = "wrong_language"
 LOW_LANGUAGE_SCORE = "low_language_score"
 LANGUAGE_STAGE = "filter"
 _LABEL_PREFIX = "__label__"
+FIRST_LOOK_CHARS = 200
+SURE_SCORE = 0.9
 
 
 @dataclass(frozen=True)
@@ -37,9 +39,10 @@ class LanguageSpec:
     languages: tuple[str, ...] = ("en",)
     min_score: float = 0.65
     max_chars: int = 500
-    """Only the first characters are identified: the language of a document shows in its
-    beginning, and the model's cost grows with length (500 instead of 2,000 characters: 1.5x the
-    documents per second, the same language on every generated paragraph of six languages)."""
+    """At most this many leading characters are identified: the language of a document shows in
+    its beginning, and the model's cost grows with length. A first look reads
+    :data:`FIRST_LOOK_CHARS`; only documents it is unsure of (score below
+    :data:`SURE_SCORE`) are read again up to ``max_chars``."""
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.min_score <= 1.0:
@@ -72,7 +75,31 @@ def _model() -> Any:
 def identify(
     texts: pa.Array | pa.ChunkedArray, max_chars: int = 500
 ) -> tuple[pa.Array, np.ndarray]:
-    """Return each text's most likely language code and its probability (float32)."""
+    """Return each text's most likely language code and its probability (float32).
+
+    Two looks: the first :data:`FIRST_LOOK_CHARS` characters, then up to ``max_chars`` for the
+    documents the first look gave a score below :data:`SURE_SCORE` (on generated paragraphs in
+    six languages, 200 characters decide like 2,000 for every one, at 3.4x the speed of 2,000 and
+    2.3x that of 500; a few in a thousand need the second look)."""
+    first = min(FIRST_LOOK_CHARS, max_chars)
+    codes, scores = _identify_prefixes(texts, first)
+    if max_chars > first:
+        longer = pc.greater(pc.utf8_length(texts), first).to_numpy(zero_copy_only=False)
+        unsure = np.flatnonzero(longer & (scores < SURE_SCORE))
+        if len(unsure):
+            again_codes, again_scores = _identify_prefixes(
+                pc.take(texts, pa.array(unsure)), max_chars
+            )
+            scores[unsure] = again_scores
+            mask = np.zeros(len(scores), dtype=bool)
+            mask[unsure] = True
+            codes = pc.replace_with_mask(codes, pa.array(mask), again_codes)
+    return codes, scores
+
+
+def _identify_prefixes(
+    texts: pa.Array | pa.ChunkedArray, max_chars: int
+) -> tuple[pa.Array, np.ndarray]:
     # fastText reads one line: newlines become spaces; the prefix bounds the cost.
     prefixes = pc.replace_substring(pc.utf8_slice_codeunits(texts, 0, max_chars), "\n", " ")
     predict = _model().f.predict

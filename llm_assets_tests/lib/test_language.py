@@ -6,9 +6,11 @@ import pyarrow as pa
 import pytest
 
 from llm_assets.lib.language import (
+    FIRST_LOOK_CHARS,
     LANGUAGE,
     LANGUAGE_SCORE,
     LOW_LANGUAGE_SCORE,
+    SURE_SCORE,
     WRONG_LANGUAGE,
     LanguageSpec,
     identify,
@@ -61,6 +63,18 @@ def test_newlines_and_long_texts_are_handled():
     long_text = "\n".join([TEXTS["fr"]] * 500)  # ~45 KB: only the first max_chars are read
     codes, _ = identify(pa.array([long_text, ""]), max_chars=300)
     assert codes.to_pylist()[0] == "fr"
+
+
+def test_an_unsure_first_look_reads_further():
+    """The first look reads FIRST_LOOK_CHARS; a document it is unsure of (a list of numbers,
+    place names) is read again up to max_chars, where its French shows."""
+    french = (TEXTS["fr"] + " ") * 6
+    for opening in ["1 2 3 4 5 6 7 8 9 10 " * 10, "Paris London Berlin Madrid Rome " * 7]:
+        text = opening[:FIRST_LOOK_CHARS] + french
+        codes, scores = identify(pa.array([text]), max_chars=FIRST_LOOK_CHARS)
+        assert not (codes[0].as_py() == "fr" and scores[0] >= SURE_SCORE)
+        codes, scores = identify(pa.array([text, TEXTS["en"]]), max_chars=2000)
+        assert codes.to_pylist() == ["fr", "en"] and scores[0] > 0.8
 
 
 def test_emptydocs_table():
