@@ -22,7 +22,7 @@ STAGE_CODE_VERSIONS: dict[str, str] = {
     RAW_DOCUMENTS: "1",
     NORMALIZED_DOCUMENTS: "1",
     TOKENIZED_DOCUMENTS: "1",
-    FILTERED_DOCUMENTS: "1",
+    FILTERED_DOCUMENTS: "2",
     TRAINING_BATCHES: "1",
 }
 """Bump a stage's version when its output for the same input and config changes: its shards (and
