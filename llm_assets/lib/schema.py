@@ -11,6 +11,7 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -88,6 +89,41 @@ def string_array(texts: pa.Array | pa.ChunkedArray | Sequence[str]) -> pa.Array:
     if isinstance(texts, pa.Array):
         return texts
     return pa.array(list(texts), pa.string())
+
+
+def single_spaced(texts: pa.Array) -> np.ndarray:
+    """Per row of a string array: is its only whitespace single ASCII spaces between other
+    characters, with no control character? (No tab, newline, Unicode space, C0/C1 control,
+    doubled, leading or trailing space.) Such rows need no whitespace normalization, and GPT-2's
+    pre-tokenizer starts a new piece at each of their spaces. One vectorized pass over the UTF-8
+    bytes; only the rare bytes that may begin such a character are looked at closely."""
+    wide = pa.types.is_large_string(texts.type)
+    offsets = np.frombuffer(texts.buffers()[1], dtype=np.int64 if wide else np.int32)
+    offsets = offsets[texts.offset : texts.offset + len(texts) + 1].astype(np.int64)
+    data = np.frombuffer(texts.buffers()[2] or b"", dtype=np.uint8)[offsets[0] : offsets[-1]]
+    offsets -= offsets[0]
+    space = data == 0x20
+    flagged = np.flatnonzero(space[:-1] & space[1:])  # a double space
+    # Bytes < 0x20 and DEL; C2 (U+0080-U+00BF), E1 (U+1000-U+1FFF), E2 (U+2000-U+2FFF), E3.
+    maybe = np.flatnonzero((data < 0x20) | (data == 0x7F) | (data == 0xC2) | (data - 0xE1 <= 2))
+    padded = np.concatenate([data, np.zeros(2, np.uint8)])
+    b0, b1, b2 = padded[maybe], padded[maybe + 1], padded[maybe + 2]
+    unicode_space = (
+        ((b0 == 0xC2) & (b1 >= 0x80) & (b1 <= 0xA0))  # C1 controls, U+0085, U+00A0
+        | ((b0 == 0xE1) & (b1 == 0x9A) & (b2 == 0x80))  # U+1680
+        | ((b0 == 0xE1) & (b1 == 0xA0) & (b2 == 0x8E))  # U+180E
+        | ((b0 == 0xE2) & (b1 == 0x80) & (((b2 >= 0x80) & (b2 <= 0x8A)) | (b2 == 0xA8)))
+        | ((b0 == 0xE2) & (b1 == 0x80) & ((b2 == 0xA9) | (b2 == 0xAF)))  # U+2029, U+202F
+        | ((b0 == 0xE2) & (b1 == 0x81) & (b2 == 0x9F))  # U+205F
+        | ((b0 == 0xE3) & (b1 == 0x80) & (b2 == 0x80))  # U+3000
+    )
+    control = (b0 < 0x20) | (b0 == 0x7F)
+    flagged = np.concatenate([flagged, maybe[control | unicode_space]])
+    bad = np.zeros(len(texts), dtype=bool)
+    bad[np.searchsorted(offsets, flagged, side="right") - 1] = True
+    nonempty = np.flatnonzero(offsets[1:] > offsets[:-1])
+    bad[nonempty[space[offsets[nonempty]] | space[offsets[nonempty + 1] - 1]]] = True
+    return ~bad
 
 
 def empty_rejects() -> pa.Table:

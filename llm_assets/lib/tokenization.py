@@ -47,6 +47,7 @@ from llm_assets.lib.schema import (
     StageResult,
     drop_rows,
     empty_rejects,
+    single_spaced,
     string_array,
 )
 
@@ -332,33 +333,6 @@ def _lists(flat: np.ndarray, counts: np.ndarray, dtype: pa.DataType) -> pa.Array
     return _lists_from(pa.array(flat, type=dtype), counts)
 
 
-# Bytes that may start whitespace other than a single ASCII space: ASCII \t-\r and \x1c-\x1f,
-# and the UTF-8 lead bytes of every non-ASCII White_Space code point (U+0085 and U+00A0 start with
-# C2, U+1680 and U+180E with E1, U+2000-U+205F with E2, U+3000 with E3). Conservative: a row that
-# holds one of them (or a double, leading or trailing space) is simply encoded whole.
-_NOT_WORD_SEPARATED = np.zeros(256, dtype=bool)
-_NOT_WORD_SEPARATED[[9, 10, 11, 12, 13, 0x1C, 0x1D, 0x1E, 0x1F, 0xC2, 0xE1, 0xE2, 0xE3]] = True
-_SPACE = 0x20
-
-
-def _word_separated(texts: pa.StringArray) -> np.ndarray:
-    """Per row: is its only whitespace single ASCII spaces between non-space characters?"""
-    width = np.int64 if pa.types.is_large_string(texts.type) else np.int32
-    offsets = np.frombuffer(texts.buffers()[1], dtype=width)[
-        texts.offset : texts.offset + len(texts) + 1
-    ].astype(np.int64)
-    data = np.frombuffer(texts.buffers()[2] or b"", dtype=np.uint8)[offsets[0] : offsets[-1]]
-    offsets = offsets - offsets[0]
-    space = data == _SPACE
-    flagged = _NOT_WORD_SEPARATED[data]
-    flagged[:-1] |= space[:-1] & space[1:]  # a double space (or one spanning two rows: both bad)
-    bad = np.zeros(len(texts), dtype=bool)
-    bad[np.searchsorted(offsets, np.flatnonzero(flagged), side="right") - 1] = True
-    nonempty = np.flatnonzero(offsets[1:] > offsets[:-1])
-    bad[nonempty[space[offsets[nonempty]] | space[offsets[nonempty + 1] - 1]]] = True
-    return ~bad
-
-
 def _encode_by_words(tok: Tokenizer, texts: pa.StringArray) -> tuple[pa.Array, pa.Array]:
     """:meth:`Tokenizer.encode_arrow` for tokenizers whose ids split at single spaces: each
     distinct word (with or without its leading space) of the batch is encoded once and the rows
@@ -368,7 +342,7 @@ def _encode_by_words(tok: Tokenizer, texts: pa.StringArray) -> tuple[pa.Array, p
         return _lists(np.zeros(0, dtype.to_pandas_dtype()), np.zeros(0, np.int32), dtype), pa.array(
             [], pa.int32()
         )
-    simple = _word_separated(texts)
+    simple = single_spaced(texts)
     if not simple.any():
         return ids_to_arrow(tok.encode_batch(texts.to_pylist()), tok.vocab_size)
     if not simple.all():
