@@ -39,7 +39,7 @@ NEAR_DUPLICATE = "near_duplicate"
 
 _MASK32 = np.uint64(0xFFFFFFFF)
 _MIX = np.uint64(0x9E3779B97F4A7C15)
-_SHINGLE_CHUNK = 65_536
+_SHINGLE_CHUNK = 4_096
 """Shingles per numpy step: bounds the (permutations x shingles) matrix to ~30 MB."""
 
 
