@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field, fields, replace
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -26,7 +27,15 @@ from llm_assets.lib.dedup import ExactDedupSpec, NearDedupSpec, dedup_annotate
 from llm_assets.lib.flagged import FlaggedWordsSpec, flagged_filter
 from llm_assets.lib.language import LanguageSpec, language_filter
 from llm_assets.lib.quality import QualitySpec, RepetitionSpec, quality_filter, repetition_filter
-from llm_assets.lib.schema import LABEL, METADATA, N_TOKENS, StageResult, drop_rows, empty_rejects
+from llm_assets.lib.schema import (
+    INPUT_IDS,
+    LABEL,
+    METADATA,
+    N_TOKENS,
+    StageResult,
+    drop_rows,
+    empty_rejects,
+)
 
 FILTER_STAGE = "filter"
 TOO_FEW_TOKENS = "too_few_tokens"
@@ -170,6 +179,9 @@ def _split_stop_words(
     return replace(quality, min_stop_words=None), QualitySpec(**only)  # type: ignore[arg-type]
 
 
+_ROW = "__filter_row"
+
+
 def filter_table(table: pa.Table, spec: FilterSpec | LengthFilterSpec) -> StageResult:
     """Kernel of ``filtered_documents``: run the filter chain, collecting every step's rejects."""
     if isinstance(spec, LengthFilterSpec):
@@ -194,8 +206,18 @@ def filter_table(table: pa.Table, spec: FilterSpec | LengthFilterSpec) -> StageR
         near = spec.near_dedup or NearDedupSpec(enabled=False)
         steps.append(lambda t: dedup_annotate(t, exact, near))
     rejects = [empty_rejects()]
+    # The token ids are the widest column and no filter reads them: set them aside and take the
+    # survivors' ids once at the end, instead of copying them at every step that drops rows.
+    ids = table[INPUT_IDS] if INPUT_IDS in table.column_names and len(steps) > 1 else None
+    if ids is not None:
+        position, ids_field = table.schema.get_field_index(INPUT_IDS), table.schema.field(INPUT_IDS)
+        rows = pa.array(np.arange(table.num_rows, dtype=np.int64))
+        table = table.drop_columns([INPUT_IDS]).append_column(_ROW, rows)
     for step in steps:
         result = step(table)
         table = result.kept
         rejects.append(result.rejects)
+    if ids is not None:
+        kept_ids = ids.take(table[_ROW])
+        table = table.drop_columns([_ROW]).add_column(position, ids_field, kept_ids)
     return StageResult(table, pa.concat_tables(rejects))
