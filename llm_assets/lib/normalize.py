@@ -1,4 +1,4 @@
-"""Text normalization with named presets, vectorized with Arrow compute.
+"""Text normalization with named presets, vectorized with Arrow compute and numpy.
 
 Presets:
 
@@ -29,6 +29,7 @@ import unicodedata
 from dataclasses import dataclass, field
 from typing import Literal
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -42,7 +43,7 @@ PRESETS = ("default", "ascii_lower", "none")
 UNICODE_FORMS = ("NFC", "NFKC")
 
 # Python's ``str.isspace`` set, spelled for RE2 (whose ``\s`` is ASCII only), so the vectorized
-# ``ascii_lower`` equals the study's Python regexes on every input.
+# ``default`` preset treats whitespace as the Python reference does.
 _PY_WHITESPACE = (
     r"\t\n\x{0b}\f\r\x{1c}-\x{1f} \x{85}\x{a0}\x{1680}\x{2000}-\x{200a}"
     r"\x{2028}\x{2029}\x{202f}\x{205f}\x{3000}"
@@ -52,6 +53,184 @@ _HORIZONTAL_SPACE = "[" + _PY_WHITESPACE.replace(r"\n", "") + "]+"
 # Control characters (Unicode category Cc) other than tab and newline; CR becomes a newline.
 _CONTROL = r"[\x{00}-\x{08}\x{0b}\x{0c}\x{0e}-\x{1f}\x{7f}-\x{9f}]"
 _HTML_TAG = r"<[^<>]{0,1000}>"
+
+
+# --- ascii_lower: one pass over the UTF-8 bytes ------------------------------------------------
+# The study's rule keeps, per character of ``text.lower()``, an ASCII letter or digit, turns Python
+# whitespace into a space and drops the rest. ``str.lower`` maps each character on its own (final
+# sigma is the one context rule, and it only chooses between two non-ASCII letters), so the rule is
+# a function of each code point: ASCII bytes go through a 256-entry table, and a non-ASCII
+# character contributes nothing except for the few below. Every other byte of a multi-byte
+# character is a continuation byte (0x80-0xBF) or a lead byte (0xC2-0xF4), and both are dropped.
+
+_ASCII_LOWER_SPECIAL: dict[str, str] = {
+    **{c: " " for c in "\x85\xa0\u1680\u2028\u2029\u202f\u205f\u3000"},
+    **{chr(cp): " " for cp in range(0x2000, 0x200B)},
+    "\u0130": "i",  # LATIN CAPITAL LETTER I WITH DOT ABOVE: lower() is "i" + U+0307 (dropped)
+    "\u212a": "k",  # KELVIN SIGN: lower() is "k"
+}
+"""The non-ASCII characters that ``ascii_lower`` does not simply drop, with what each becomes: the
+non-ASCII whitespace (a space) and the two characters whose lowercase holds an ASCII letter.
+Found by enumerating every code point with Python's Unicode database (14.0 in Python 3.11); the
+tests check the table against that enumeration, so a Python with other Unicode data fails loudly."""
+
+_SPECIAL_LEAD = 1
+"""Table value of a byte that starts the UTF-8 sequence of a character in ``_ASCII_LOWER_SPECIAL``
+(such bytes are decoded and looked up). Values below the space mean dropped; the others are the
+output byte."""
+
+
+def _ascii_lower_byte_table() -> bytes:
+    """The 256-entry byte table of ``ascii_lower``: ASCII letters and digits to their lowercase,
+    ASCII whitespace (``str.isspace``: tab to CR, 0x1C-0x1F, space) to a space, the lead bytes of
+    the special characters to ``_SPECIAL_LEAD``, everything else to 0 (dropped)."""
+    table = bytearray(256)
+    for byte in range(128):
+        char = chr(byte)
+        if char.isalnum():
+            table[byte] = ord(char.lower())
+        elif char.isspace():
+            table[byte] = ord(" ")
+    for char in _ASCII_LOWER_SPECIAL:
+        table[char.encode()[0]] = _SPECIAL_LEAD
+    return bytes(table)
+
+
+_ASCII_LOWER_TABLE = _ascii_lower_byte_table()
+_SPECIAL_CODE_POINTS = np.array(sorted(map(ord, _ASCII_LOWER_SPECIAL)), dtype=np.int32)
+_SPECIAL_BYTES = np.array(
+    [ord(_ASCII_LOWER_SPECIAL[chr(cp)]) for cp in _SPECIAL_CODE_POINTS], dtype=np.uint8
+)
+_SPACE = ord(" ")
+
+
+def _resolve_special_characters(data: np.ndarray, mapped: np.ndarray, at: np.ndarray) -> bool:
+    """Decode the UTF-8 characters starting at byte positions ``at`` of ``data`` (the lead bytes
+    the table marked ``_SPECIAL_LEAD``); write, in place in ``mapped``, the output byte of those
+    in ``_ASCII_LOWER_SPECIAL``. The others keep the mark, which is dropped like 0. Returns whether
+    any was written."""
+    last = len(data) - 1
+    b0, b1, b2, b3 = (
+        data[np.minimum(at + k, last)].astype(np.int32) & (0xFF if k == 0 else 0x3F)
+        for k in range(4)
+    )
+    code_point = np.where(
+        b0 < 0xE0,
+        ((b0 & 0x1F) << 6) | b1,
+        np.where(
+            b0 < 0xF0,
+            ((b0 & 0x0F) << 12) | (b1 << 6) | b2,
+            ((b0 & 0x07) << 18) | (b1 << 12) | (b2 << 6) | b3,
+        ),
+    )
+    index = np.minimum(np.searchsorted(_SPECIAL_CODE_POINTS, code_point), len(_SPECIAL_BYTES) - 1)
+    hit = _SPECIAL_CODE_POINTS[index] == code_point
+    mapped[at[hit]] = _SPECIAL_BYTES[index[hit]]
+    return bool(hit.any())
+
+
+def _positions_in(sorted_values: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """Indices into ``sorted_values`` (sorted, distinct) of the entries of ``wanted`` it holds."""
+    index = np.searchsorted(sorted_values, wanted)
+    found = index < len(sorted_values)
+    found[found] = sorted_values[index[found]] == wanted[found]
+    return index[found]
+
+
+def _ascii_lower_chunk(texts: pa.Array) -> pa.Array:
+    """``ascii_lower`` of one ``string`` or ``large_string`` array (any slice offset), as an array
+    of the same type with the same nulls.
+
+    One table lookup maps every byte (``bytes.translate``). The bytes to remove are then found
+    without a Python loop per row: dropped bytes; spaces whose previous byte in the row that is not
+    dropped is a space or does not exist (collapsed runs, leading spaces); per row, the last byte
+    left when it is a space (trailing). They are zeroed and deleted by one more ``translate``, and
+    the offsets shift by the number of bytes removed before each row."""
+    n = len(texts)
+    if n == 0:
+        return pa.array([], texts.type)
+    offset_type = np.int64 if pa.types.is_large_string(texts.type) else np.int32
+    _, offsets_buf, data_buf = texts.buffers()
+    offsets = np.frombuffer(offsets_buf, offset_type)[texts.offset : texts.offset + n + 1]
+    offsets = offsets.astype(np.int64)
+    start, stop = int(offsets[0]), int(offsets[-1])
+    offsets -= start
+    raw = bytearray(data_buf[start:stop]) if stop > start else bytearray()
+    size = len(raw)
+    mapped_bytes = raw.translate(_ASCII_LOWER_TABLE)
+    mapped = np.frombuffer(mapped_bytes, np.uint8)
+
+    dropped = np.flatnonzero(mapped < _SPACE)
+    lead = dropped[mapped[dropped] == _SPECIAL_LEAD]
+    if len(lead) and _resolve_special_characters(np.frombuffer(raw, np.uint8), mapped, lead):
+        dropped = dropped[mapped[dropped] < _SPACE]
+    space = mapped == _SPACE
+    row_first = offsets[:-1]
+    starts = row_first[row_first < size]  # where a row begins (repeated for empty rows)
+
+    # A space is removed when the previous byte of its row that is not dropped is a space or
+    # does not exist: first when the byte right before it is a space or it begins its row...
+    removed_mask = np.empty(size, dtype=bool)
+    removed_mask[:1] = space[:1]
+    np.logical_and(space[1:], space[:-1], out=removed_mask[1:])
+    removed_mask[starts] = space[starts]
+    if len(dropped):
+        # ...then when it follows a run of dropped bytes, looking past the run (worked out on the
+        # positions of the dropped bytes, a few percent of the bytes of most text).
+        at_row_start = np.zeros(len(dropped), dtype=bool)
+        at_row_start[_positions_in(dropped, starts)] = True
+        run_first = at_row_start.copy()  # a run of dropped bytes does not go on into the next row
+        run_first[0] = True
+        run_first[1:] |= np.diff(dropped) != 1
+        first = np.flatnonzero(run_first)
+        after = dropped[np.append(first[1:] - 1, len(dropped) - 1)] + 1
+        looks_back_to_space = at_row_start[first] | space[np.maximum(dropped[first] - 1, 0)]
+        space_after = after < size
+        space_after[space_after] = space[after[space_after]]
+        # (A space after a run that ends its row begins the next row: removed already.)
+        removed_mask[after[space_after & looks_back_to_space]] = True
+        removed_mask[dropped] = True
+    removed = np.flatnonzero(removed_mask)
+    removed_before = np.searchsorted(removed, offsets)
+
+    # Trailing strip: per row, the last byte not removed yet, when it is a space. When the row's
+    # last bytes are removed, that byte is the one before their run of consecutive positions.
+    row_end = offsets[1:]
+    last_kept = row_end - 1
+    if len(removed):
+        last_removed = removed_before[1:] - 1
+        tail = (last_removed >= 0) & (removed[np.maximum(last_removed, 0)] == row_end - 1)
+        run_starts = np.flatnonzero(np.diff(removed, prepend=-2) != 1)
+        tail_run = run_starts[np.searchsorted(run_starts, last_removed[tail], side="right") - 1]
+        last_kept[tail] = np.maximum(removed[tail_run], row_first[tail]) - 1
+    trailing = last_kept >= row_first
+    trailing[trailing] = mapped[last_kept[trailing]] == _SPACE
+    out_offsets = offsets - removed_before
+    out_offsets[1:] -= np.cumsum(trailing)
+
+    mapped[removed] = 0
+    mapped[last_kept[trailing]] = 0
+    out = mapped_bytes.translate(None, b"\x00")
+    validity = texts.is_valid().buffers()[1] if texts.null_count else None
+    return pa.Array.from_buffers(
+        texts.type,
+        n,
+        [validity, pa.py_buffer(out_offsets.astype(offset_type)), pa.py_buffer(out)],
+        null_count=texts.null_count,
+    )
+
+
+def _ascii_lower(texts: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """The ``ascii_lower`` preset of :func:`normalize_array`, chunk by chunk."""
+    if not (pa.types.is_string(texts.type) or pa.types.is_large_string(texts.type)):
+        raise TypeError(f"ascii_lower normalizes string or large_string arrays, not {texts.type}")
+    if isinstance(texts, pa.Array):
+        return _ascii_lower_chunk(texts)
+    if texts.num_chunks == 1:
+        return _ascii_lower_chunk(texts.chunk(0))
+    if texts.num_chunks == 0:
+        return pa.array([], texts.type)
+    return pa.concat_arrays([_ascii_lower_chunk(chunk) for chunk in texts.chunks])
 
 
 @dataclass(frozen=True)
@@ -93,7 +272,9 @@ def normalize_text(text: str, spec: NormalizeSpec) -> str:
 
 
 def normalize_array(texts: pa.Array | pa.ChunkedArray, spec: NormalizeSpec) -> pa.Array:
-    """Normalize a string array with Arrow compute kernels (no Python loop per row)."""
+    """Normalize a string array with Arrow compute kernels, or for ``ascii_lower`` one numpy pass
+    over the UTF-8 bytes (no Python loop per row). Equal to :func:`normalize_text` on every row;
+    nulls stay null."""
     if spec.strip_html and spec.preset != "ascii_lower":
         # html.unescape has no Arrow equivalent; only pay for Python when the option is on.
         stripped = pc.replace_substring_regex(texts, _HTML_TAG, " ")
@@ -101,13 +282,7 @@ def normalize_array(texts: pa.Array | pa.ChunkedArray, spec: NormalizeSpec) -> p
     if spec.preset == "none":
         return string_array(texts)
     if spec.preset == "ascii_lower":
-        # Unicode lowercase first (as str.lower does), then map Python whitespace to a space,
-        # drop everything else outside [a-z0-9 ], collapse and strip.
-        out = pc.utf8_lower(texts)
-        out = pc.replace_substring_regex(out, f"[{_PY_WHITESPACE}]+", " ")
-        out = pc.replace_substring_regex(out, "[^a-z0-9 ]+", "")
-        out = pc.replace_substring_regex(out, " {2,}", " ")
-        return string_array(pc.utf8_trim(out, " "))
+        return _ascii_lower(texts)
     out = pc.utf8_normalize(texts, form=spec.unicode_form)
     out = pc.replace_substring_regex(out, r"\r\n?", "\n")
     out = pc.replace_substring_regex(out, _CONTROL, "")

@@ -3,7 +3,10 @@ is reproduced exactly, and rows emptied by normalization become rejects."""
 
 from __future__ import annotations
 
+import itertools
 import re
+import string
+from functools import cache
 
 import pyarrow as pa
 import pytest
@@ -11,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from llm_assets.lib.normalize import (
+    _ASCII_LOWER_SPECIAL,
     EMPTY_AFTER_NORMALIZE,
     PRESETS,
     NormalizeSpec,
@@ -65,6 +69,164 @@ def test_ascii_lower_is_the_study_rule_and_idempotent(text):
     out = normalize_array(pa.array([text]), spec)[0].as_py()
     assert out == study_normalize(text)
     assert normalize_array(pa.array([out]), spec)[0].as_py() == out
+
+
+# --- ascii_lower: the byte kernel against the reference ------------------------------------------
+ASCII_LOWER = NormalizeSpec(preset="ascii_lower")
+
+
+@cache
+def _all_characters() -> tuple[str, ...]:
+    """Every character a str can hold and UTF-8 can encode: all code points but the surrogates."""
+    return tuple(chr(cp) for cp in range(0x110000) if not 0xD800 <= cp <= 0xDFFF)
+
+
+def _contribution(char: str) -> str:
+    """What one character becomes under the study's rule before whitespace is collapsed: the ASCII
+    letters and digits of its lowercase, a space for each whitespace character, nothing else."""
+    return "".join(
+        c if c.isascii() and c.isalnum() else " " if c.isspace() else "" for c in char.lower()
+    )
+
+
+@cache
+def _unicode_whitespace() -> tuple[str, ...]:
+    """Every character for which ``str.isspace`` holds (Python's ``\\s``)."""
+    return tuple(c for c in _all_characters() if c.isspace())
+
+
+def _reference(texts: list[str | None]) -> list[str | None]:
+    return [None if t is None else normalize_text(t, ASCII_LOWER) for t in texts]
+
+
+def _check_ascii_lower(arr: pa.Array | pa.ChunkedArray) -> None:
+    """``normalize_array`` equals the reference row by row, keeps the type, and is valid Arrow."""
+    out = normalize_array(arr, ASCII_LOWER)
+    assert isinstance(out, pa.Array)
+    assert out.type == arr.type
+    out.validate(full=True)
+    assert out.to_pylist() == _reference(arr.to_pylist())
+
+
+def test_ascii_lower_special_table_is_every_non_ascii_character_that_survives():
+    """The kernel drops every non-ASCII character except those in its table: the table must be
+    exactly the characters whose lowercase holds an ASCII letter, digit or whitespace."""
+    # A character that is its own lowercase and not whitespace contributes only itself: skip it.
+    found = {
+        c: _contribution(c)
+        for c in _all_characters()
+        if not c.isascii() and (c.isspace() or c.lower() != c) and _contribution(c)
+    }
+    assert found == _ASCII_LOWER_SPECIAL
+    assert found["\u0130"] == "i" and found["\u212a"] == "k"
+    assert {c for c in _unicode_whitespace() if not c.isascii()} <= set(found)
+
+
+def test_ascii_lower_equals_reference_on_every_code_point():
+    """Every code point between letters, and between spaces (where a dropped one leaves a double
+    space to collapse), in rows of 256."""
+    chars = _all_characters()
+    blocks = [chars[i : i + 256] for i in range(0, len(chars), 256)]
+    texts = ["A" + "A".join(b) + "A" for b in blocks] + [" x " + " ".join(b) + " " for b in blocks]
+    assert normalize_array(pa.array(texts), ASCII_LOWER).to_pylist() == _reference(texts)
+
+
+def test_ascii_lower_special_and_whitespace_characters_in_every_position():
+    """Each special character and each whitespace character alone, doubled, leading, trailing,
+    between letters, next to dropped characters (ASCII and multi-byte) and to spaces."""
+    chars = sorted(set(_ASCII_LOWER_SPECIAL) | set(_unicode_whitespace()))
+    contexts = [
+        "{c}",
+        "{c}{c}",
+        "a{c}b",
+        "{c}a{c}",
+        "a{c}{c}b",
+        "a,{c},b",
+        "a {c} b",
+        "é{c}é",
+        "😀{c}😀",
+        "{c}!",
+        "!{c}",
+        "Z\u00a0{c}\t9",
+    ]
+    texts = [ctx.format(c=c) for c in chars for ctx in contexts]
+    _check_ascii_lower(pa.array(texts))
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("", ""),
+        ("   ", ""),
+        ("!!! ???", ""),
+        ("\u00a0\t\n\u3000\x1c", ""),
+        ("😀é中文", ""),
+        (" \t\u3000Hello ,\u00a0 World!\n\x1c", "hello world"),
+        ("a , , b", "a b"),
+        ("a,b", "ab"),
+        ("a\r\n\r\nb", "a b"),
+        ("x\x0by\x0cz\x1fw\x85v\u2028u", "x y z w v u"),
+        ("İstanbul \u212aelvin", "istanbul kelvin"),
+        ("ΣΑΣ ǅ Ⅻ ①", ""),
+        ("a😀b 😀 c", "ab c"),
+        ("Tabs\tand  spaces   end  \u2003", "tabs and spaces end"),
+        ("ÀÉÎõü 123", "123"),
+    ],
+)
+def test_ascii_lower_examples(text, expected):
+    assert normalize_text(text, ASCII_LOWER) == expected
+    assert normalize_array(pa.array([text]), ASCII_LOWER).to_pylist() == [expected]
+
+
+def test_ascii_lower_sliced_chunked_null_and_empty_arrays():
+    texts = [" A , b ", None, "", "  ", "é😀", "\u00a0X\u2003y\u3000", None, "İ\u212a!", " z"]
+    for kind in (pa.string(), pa.large_string()):
+        arr = pa.array(texts, kind)
+        _check_ascii_lower(arr)
+        _check_ascii_lower(pa.array([], kind))
+        _check_ascii_lower(pa.array([None, None], kind))
+        _check_ascii_lower(pa.array(["", ""], kind))
+        for i in range(len(texts) + 1):
+            for j in range(i, len(texts) + 1):
+                _check_ascii_lower(arr.slice(i, j - i))
+        _check_ascii_lower(pa.chunked_array([], kind))
+        _check_ascii_lower(pa.chunked_array([arr.slice(0, 0)], kind))
+        _check_ascii_lower(pa.chunked_array([arr.slice(1, 3), arr.slice(0, 0), arr.slice(5)]))
+        _check_ascii_lower(pa.chunked_array([arr.slice(2)]))
+
+
+def test_ascii_lower_rejects_non_string_arrays():
+    with pytest.raises(TypeError, match="string"):
+        normalize_array(pa.array([b"x"]), ASCII_LOWER)
+
+
+_BIASED_ALPHABET = (
+    sorted(_ASCII_LOWER_SPECIAL)
+    + list(string.printable)
+    + list("\x1c\x1d\x1e\x1f\x7f\x80\u00c0\u00e9\u0307\u03a3\u2019\u201c\u4e2d\U0001f600")
+)
+_ROW = st.one_of(
+    st.none(),
+    st.text(max_size=40),
+    st.text(alphabet=st.sampled_from(_BIASED_ALPHABET), max_size=40),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_ROW, max_size=12), st.data())
+def test_ascii_lower_equals_reference_on_random_sliced_and_chunked_arrays(texts, data):
+    """Random text over all of Unicode and text biased to the characters the kernel treats
+    specially, with nulls, in a random slice, split into random chunks."""
+    kind = data.draw(st.sampled_from([pa.string(), pa.large_string()]))
+    arr = pa.array(texts, kind)
+    i = data.draw(st.integers(0, len(texts)))
+    j = data.draw(st.integers(i, len(texts)))
+    part = arr.slice(i, j - i)
+    _check_ascii_lower(part)
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(part)), max_size=3)))
+    bounds = [0, *cuts, len(part)]
+    chunks = [part.slice(a, b - a) for a, b in itertools.pairwise(bounds)]
+    _check_ascii_lower(pa.chunked_array(chunks, kind))
 
 
 @settings(max_examples=200, deadline=None)
