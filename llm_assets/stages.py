@@ -93,8 +93,10 @@ DEFAULT_ROWS_PER_SHARD = 10_000
 RECORD_EVERY_S = 1.0
 """Finished shards are recorded in the catalog in groups, at most this long after they finish (a
 DuckDB commit costs ~20 ms; a shard finished but not yet recorded is still found by its footer)."""
-SHUFFLE_BUCKET_BYTES = 16 * 1024 * 1024
-"""Target size of one shuffle bucket: bounds the memory of one gather task."""
+SHUFFLE_BUCKET_BYTES = 8 * 1024 * 1024
+"""Target size of one shuffle bucket (compressed input bytes): bounds the memory of one gather task.
+At 8 MB a gather task peaks ~40 MB above a worker's idle size (16 MB: ~80 MB); n_buckets is part of
+the scatter fingerprint, so changing it never reuses stale buckets."""
 DEDUP_MEMORY_LIMIT = "1GB"
 """DuckDB's memory cap for the global dedup step; past it DuckDB spills to the warehouse."""
 
@@ -593,7 +595,7 @@ def run_normalized_documents(ctx: StageContext, spec: NormalizeSpec) -> StageRep
 
 def tokenizer_metadata(spec: TokenizerSpec) -> dict[str, str]:
     """The tokenizer's identity, stored in every shard footer from tokenization onwards."""
-    tok = spec.build()
+    tok = spec.identity()
     return {
         f"{TOKENIZER_META}name": tok.name,
         f"{TOKENIZER_META}engine": tok.engine,
