@@ -113,3 +113,36 @@ def test_ray_worker_killed_mid_shard_is_retried(ray_backend, tmp_path):
 def test_unknown_backend_is_a_clear_error():
     with pytest.raises(ValueError, match="unknown compute backend 'spark'"):
         make_backend("spark")
+
+
+def test_multiprocess_workers_do_not_import_the_drivers_main_module(tmp_path):
+    """A spawned child normally re-imports ``__main__`` (under Dagster: all of Dagster). Ours
+    never need it: the main script's import side effect must happen once, in the driver, and a
+    task defined in ``__main__`` still runs (dill pickles it by value)."""
+    import subprocess
+    import sys
+
+    marker = tmp_path / "imports.txt"
+    script = tmp_path / "driver_main.py"
+    script.write_text(
+        f"""
+import os
+with open({str(marker)!r}, "a") as f:
+    f.write(f"{{os.getpid()}}\\n")
+
+def square(x):
+    return x * x
+
+if __name__ == "__main__":
+    from llm_assets.compute.resource import make_backend
+    from llm_assets.compute.testing import ProbeTask, run_probe
+    backend = make_backend("multiprocess", workers=2)
+    try:
+        assert [r["value"] for r in backend.run(run_probe, [ProbeTask("a", 3)] * 4)] == [9] * 4
+        assert backend.run(square, [2, 5]) == [4, 25]
+    finally:
+        backend.close()
+"""
+    )
+    subprocess.run([sys.executable, str(script)], check=True, timeout=120)
+    assert len(marker.read_text().split()) == 1
