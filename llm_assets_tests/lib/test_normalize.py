@@ -238,6 +238,90 @@ def test_default_preset_is_idempotent_and_keeps_paragraphs(text):
     assert "\n\n\n" not in once and "  " not in once
 
 
+# --- default: clean rows skip the regex passes ---------------------------------------------------
+DEFAULT_FORMS = [NormalizeSpec(), NormalizeSpec(unicode_form="NFKC")]
+_CLEAN_AND_DIRTY = [
+    " Plain clean text . \n",  # clean once stripped: the fast path
+    "already clean",
+    "\n\n  leading and trailing \n \n",
+    "caf\u00e9 na\u00efve \u2014 \u201cquoted\u201d",  # non-ASCII, NFC already
+    "cafe\u0301 composes",  # NFC changes it, then clean
+    " \u0301starts with a combining mark ",
+    "\ufb01ne ligature",  # NFKC changes it
+    "\u00a8starts with a diaeresis",  # NFKC: " \u0308...", a leading space to strip
+    "acute \u00b4 accent",  # NFKC: a double space
+    "two  spaces",
+    "tab\there",
+    "inner\nline",
+    "cr\r\nlf",
+    "nbsp\u00a0here",
+    "em\u2003space",
+    "bell\x07",
+    "c1\x85",
+    "",
+    " ",
+    "\n \n",
+    None,
+]
+
+
+def _check_default(arr: pa.Array | pa.ChunkedArray, spec: NormalizeSpec) -> None:
+    """``normalize_array`` equals the reference row by row, keeps nulls and is valid Arrow."""
+    out = normalize_array(arr, spec)
+    assert isinstance(out, pa.Array)
+    out.validate(full=True)
+    assert out.to_pylist() == [
+        None if t is None else normalize_text(t, spec) for t in arr.to_pylist()
+    ]
+
+
+@pytest.mark.parametrize("spec", DEFAULT_FORMS)
+def test_default_mixed_clean_and_dirty_rows_sliced_chunked_and_null(spec):
+    """Clean rows take the fast path and dirty ones the regex passes; every mix, slice and
+    chunking must equal the reference in row order (a wrong scatter would shuffle rows)."""
+    for kind in (pa.string(), pa.large_string()):
+        arr = pa.array(_CLEAN_AND_DIRTY, kind)
+        _check_default(arr, spec)
+        _check_default(pa.array([], kind), spec)
+        _check_default(pa.array([None, None], kind), spec)
+        _check_default(pa.array(_CLEAN_AND_DIRTY[:3], kind), spec)  # all clean
+        _check_default(pa.array(_CLEAN_AND_DIRTY[7:12], kind), spec)  # all dirty
+        for i in range(0, len(_CLEAN_AND_DIRTY) + 1, 3):
+            for j in range(i, len(_CLEAN_AND_DIRTY) + 1, 2):
+                _check_default(arr.slice(i, j - i), spec)
+        _check_default(pa.chunked_array([arr.slice(1, 4), arr.slice(0, 0), arr.slice(9)]), spec)
+
+
+_DEFAULT_ALPHABET = list(" \n\r\tab.,\x07\x85\u00a0\u00e9\u0301\u2003\u2028\u3000\ufb01\u00a8")
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.none(),
+            st.text(max_size=40),
+            st.text(alphabet=st.sampled_from(_DEFAULT_ALPHABET), max_size=40),
+        ),
+        max_size=12,
+    ),
+    st.sampled_from(DEFAULT_FORMS),
+    st.data(),
+)
+def test_default_equals_reference_on_random_sliced_and_chunked_arrays(texts, spec, data):
+    """Random rows, many of them clean (single spaces, letters) and many not, with nulls, in a
+    random slice split into random chunks."""
+    arr = pa.array(texts, pa.string())
+    i = data.draw(st.integers(0, len(texts)))
+    j = data.draw(st.integers(i, len(texts)))
+    part = arr.slice(i, j - i)
+    _check_default(part, spec)
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(part)), max_size=3)))
+    bounds = [0, *cuts, len(part)]
+    chunks = [part.slice(a, b - a) for a, b in itertools.pairwise(bounds)]
+    _check_default(pa.chunked_array(chunks, pa.string()), spec)
+
+
 def test_default_preset_keeps_meaning():
     spec = NormalizeSpec()
     assert normalize_text("Ça  va?\tOui!\r\n\r\n\r\nNext", spec) == "Ça va? Oui!\n\nNext"
