@@ -55,6 +55,7 @@ from llm_assets.lib.schema import INPUT_IDS
 from llm_assets.lib.tokenization import TokenizerSpec, tokenize_table
 from llm_assets.paths import PathEscapeError, inside
 from llm_assets.tasks import (
+    SCATTER_FORMAT,
     SPLITS,
     DedupApplyTask,
     GatherTask,
@@ -65,6 +66,7 @@ from llm_assets.tasks import (
     ShardStats,
     carried_metadata,
     megatron_done,
+    read_scatter_manifest,
     run_dedup_apply,
     run_gather,
     run_ingest,
@@ -72,6 +74,7 @@ from llm_assets.tasks import (
     run_megatron,
     run_scatter,
     scatter_done,
+    scatter_key,
 )
 from llm_assets.warehouse.catalog import Catalog, ShardRecord
 from llm_assets.warehouse.shards import (
@@ -770,7 +773,7 @@ def run_training_batches(
     created_at = _created_at(ctx)
 
     started = time.perf_counter()
-    scatter_fp_base = (spec.seed, spec.validation_fraction, n_buckets)
+    scatter_fp_base = (spec.seed, spec.validation_fraction, n_buckets, SCATTER_FORMAT)
     scatter_tasks = []
     for source in upstream:
         out_dir = str(scatter_root / source.shard)
@@ -791,12 +794,12 @@ def run_training_batches(
     all_fp = fingerprint([s.checksum for s in upstream], *scatter_fp_base)
     counts: Counter[str] = Counter()
     for directory in scatter_dirs:
-        counts.update(_read_manifest(directory))
+        counts.update(read_scatter_manifest(directory)["counts"])
     planned = []
     for split in SPLITS:
         for bucket in range(n_buckets):
-            key = f"{split}-{bucket:05d}"
-            if not counts.get(f"{key}.parquet"):
+            key = scatter_key(split, bucket)
+            if not counts.get(key):
                 continue
             out = str(folder / shard_file_name(key))
             file_meta = {
@@ -913,7 +916,3 @@ def _created_at(ctx: StageContext) -> str:
         epoch = str(int(max(mtimes, default=0)))
     stamp = datetime.fromtimestamp(int(epoch), tz=timezone.utc)
     return stamp.isoformat().replace("+00:00", "Z")
-
-
-def _read_manifest(directory: str) -> dict[str, int]:
-    return json.loads((Path(directory) / "manifest.json").read_text())["files"]

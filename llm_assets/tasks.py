@@ -302,22 +302,53 @@ class ScatterTask:
     n_buckets: int
 
 
-def scatter_file_name(split: str, bucket: int) -> str:
-    """The file of one (split, bucket) inside a scatter folder."""
-    return f"{split}-{bucket:05d}.parquet"
+SCATTER_FILE = "buckets.arrow"
+"""One Arrow IPC file per scattered shard: one record batch per (split, bucket)."""
+SCATTER_FORMAT = "ipc-1"
+"""Part of every scatter fingerprint: a folder written in another layout is scattered again."""
+
+
+def scatter_key(split: str, bucket: int) -> str:
+    """The name of one (split, bucket): key of the batch in a scatter file and of the gather."""
+    return f"{split}-{bucket:05d}"
+
+
+def read_scatter_manifest(output_dir: str | Path) -> dict[str, Any]:
+    """A scatter folder's manifest: ``input_fingerprint``, and per (split, bucket) key its row
+    count (``counts``) and the index of its record batch (``batches``)."""
+    return json.loads((Path(output_dir) / SCATTER_MANIFEST).read_text())
 
 
 def scatter_done(output_dir: str | Path, input_fingerprint: str) -> bool:
     """True when a scatter folder is complete for this input (its manifest says so)."""
-    manifest = Path(output_dir) / SCATTER_MANIFEST
-    if not manifest.exists():
+    if not (Path(output_dir) / SCATTER_MANIFEST).exists():
         return False
-    return json.loads(manifest.read_text()).get("input_fingerprint") == input_fingerprint
+    return read_scatter_manifest(output_dir).get("input_fingerprint") == input_fingerprint
+
+
+def read_scatter_bucket(scatter_dirs: Iterable[str], split: str, bucket: int) -> pa.Table | None:
+    """Every scattered document of one (split, bucket), from all scatter folders, or None.
+
+    Each folder holds one IPC file, memory-mapped, and its manifest names the batch: reading a
+    bucket costs one small read per shard, whatever the number of buckets. (One Parquet file per
+    (shard, bucket) made the file count grow with the square of the corpus: 10,000 files at 1M
+    rows.)"""
+    key = scatter_key(split, bucket)
+    batches = []
+    for directory in scatter_dirs:
+        index = read_scatter_manifest(directory)["batches"].get(key)
+        if index is None:
+            continue
+        with pa.memory_map(str(Path(directory) / SCATTER_FILE)) as source:
+            # Decompressed into memory: nothing keeps the mapping alive after the file is closed.
+            batches.append(pa.ipc.open_file(source).get_batch(index))
+    return pa.Table.from_batches(batches) if batches else None
 
 
 def run_scatter(task: ScatterTask) -> dict[str, Any]:
-    """Worker side of the first batching phase. The folder is built under a temporary name and
-    renamed into place, so it is either complete or absent."""
+    """Worker side of the first batching phase: one IPC file with one record batch per (split,
+    bucket). The folder is built under a temporary name and renamed into place, so it is either
+    complete or absent."""
     started = time.perf_counter()
     available = pq.read_schema(task.input_path).names
     optional = [c for c in (PROMPT_TOKENS, LABEL) if c in available]
@@ -325,22 +356,29 @@ def run_scatter(task: ScatterTask) -> dict[str, Any]:
     doc_ids = table[DOC_ID].to_pylist()
     keys = shuffle_keys(doc_ids, task.spec.seed)
     validation = assign_splits(doc_ids, task.spec.seed, task.spec.validation_fraction)
-    buckets = assign_buckets(keys, task.n_buckets)
+    # Group number: split-major, then bucket; a stable sort keeps each group in input order.
+    groups = validation.astype(np.int64) * task.n_buckets + assign_buckets(keys, task.n_buckets)
+    order = np.argsort(groups, kind="stable")
+    keyed = table.append_column("shuffle_key", pa.array(keys, pa.uint64())).take(order)
+    present, starts, sizes = np.unique(groups[order], return_index=True, return_counts=True)
     final = Path(task.output_dir)
     tmp = final.with_name(f"{final.name}{TMP_MARKER}{uuid.uuid4().hex[:8]}")
     tmp.mkdir(parents=True)
-    keyed = table.append_column("shuffle_key", pa.array(keys, pa.uint64()))
     counts: dict[str, int] = {}
+    batches: dict[str, int] = {}
     try:
-        for split_index, split in enumerate(SPLITS):
-            in_split = validation if split_index else ~validation
-            for bucket in np.unique(buckets[in_split]):
-                mask = in_split & (buckets == bucket)
-                name = scatter_file_name(split, int(bucket))
-                pq.write_table(keyed.filter(pa.array(mask)), tmp / name, compression="zstd")
-                counts[name] = int(mask.sum())
+        options = pa.ipc.IpcWriteOptions(compression="lz4")
+        with pa.ipc.new_file(str(tmp / SCATTER_FILE), keyed.schema, options=options) as writer:
+            for index, (group, start, size) in enumerate(zip(present, starts, sizes, strict=True)):
+                key = scatter_key(SPLITS[int(group) // task.n_buckets], int(group) % task.n_buckets)
+                part = keyed.slice(int(start), int(size)).combine_chunks()
+                (batch,) = part.to_batches()  # one chunk after combine_chunks
+                writer.write_batch(batch)
+                counts[key], batches[key] = int(size), index
         (tmp / SCATTER_MANIFEST).write_text(
-            json.dumps({"input_fingerprint": task.input_fingerprint, "files": counts})
+            json.dumps(
+                {"input_fingerprint": task.input_fingerprint, "counts": counts, "batches": batches}
+            )
         )
         if final.exists():
             shutil.rmtree(final)
@@ -428,12 +466,9 @@ def build_sequences(
 def run_gather(task: GatherTask) -> ShardStats:
     """Worker side of the second batching phase: order by shuffle key, then pack or pad."""
     started = time.perf_counter()
-    name = scatter_file_name(task.split, task.bucket)
-    parts = [pq.read_table(Path(d) / name) for d in task.scatter_dirs if (Path(d) / name).exists()]
+    table = read_scatter_bucket(task.scatter_dirs, task.split, task.bucket)
     token_type = getattr(pa, task.token_type)()
-    if parts:
-        table = pa.concat_tables(parts)
-    else:
+    if table is None:
         table = pa.table(
             {
                 DOC_ID: pa.array([], pa.string()),
@@ -511,15 +546,9 @@ def run_megatron(task: MegatronTask) -> dict[str, Any]:
     documents = tokens = 0
     try:
         for bucket in range(task.n_buckets):
-            name = scatter_file_name(task.split, bucket)
-            parts = [
-                pq.read_table(Path(d) / name)
-                for d in task.scatter_dirs
-                if (Path(d) / name).exists()
-            ]
-            if not parts:
+            table = read_scatter_bucket(task.scatter_dirs, task.split, bucket)
+            if table is None:
                 continue
-            table = pa.concat_tables(parts)
             order = shuffle_order(table["shuffle_key"].to_numpy(), table[DOC_ID].to_pylist())
             ids = table[INPUT_IDS].combine_chunks()
             values = ids.values.to_numpy(zero_copy_only=False)
