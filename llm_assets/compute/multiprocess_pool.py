@@ -21,11 +21,7 @@ Memory (every worker counts towards the run's footprint):
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
-import functools
 import os
-import sys
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -43,6 +39,7 @@ from llm_assets.compute.base import (
     ShardTaskFailed,
     T,
     describe_error,
+    give_back_memory,
     task_key,
 )
 
@@ -71,27 +68,6 @@ def _preparation_data(name: str, _original: Callable[[str], dict] = mp_spawn.get
 
 
 mp_spawn.get_preparation_data = _preparation_data
-
-
-@functools.cache
-def _libc() -> Any:
-    """glibc, for ``malloc_trim``; None where there is none (macOS, musl)."""
-    name = ctypes.util.find_library("c")
-    try:
-        libc = ctypes.CDLL(name) if name else None
-    except OSError:
-        return None
-    return libc if libc is not None and hasattr(libc, "malloc_trim") else None
-
-
-def give_back_memory() -> None:
-    """Return freed memory to the OS: Arrow's pool keeps freed blocks for reuse and glibc keeps
-    the top of a fragmented heap; after a shard neither is needed. Costs about a millisecond."""
-    if "pyarrow" in sys.modules:
-        sys.modules["pyarrow"].default_memory_pool().release_unused()
-    libc = _libc()
-    if libc is not None:
-        libc.malloc_trim(0)
 
 
 def _worker_main(conn: Any) -> None:
