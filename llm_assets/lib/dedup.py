@@ -283,9 +283,17 @@ def resolve_duplicates(
 
     ``con`` is a writable DuckDB connection to the catalog (``dedup_seen`` lives there);
     ``shards`` are ``(shard key, parquet path)`` of annotated shards. Work happens in DuckDB
-    (spilling to disk when needed); Python sees only candidate pairs."""
+    (spilling to disk when needed); Python sees only candidate pairs.
+
+    Every document gets its rank in stable order (``ord``) once; "first in stable order" is then
+    the smallest ``ord`` of a group, found by hash aggregation on integers instead of a window
+    sorted by strings per content hash and per band bucket. Band buckets with one document (nearly
+    all of them) drop out of the aggregation, and the signatures of the few documents in candidate
+    pairs are read from the shards in one scan."""
     started = time.perf_counter()
-    con.execute(f"CREATE TABLE IF NOT EXISTS {SEEN_TABLE} (doc_id VARCHAR PRIMARY KEY, run BIGINT)")
+    # No primary key: the anti-join below keeps ids unique, and building the key's index costs
+    # more than the rest of a first run's step. (Catalogs made with the key work the same.)
+    con.execute(f"CREATE TABLE IF NOT EXISTS {SEEN_TABLE} (doc_id VARCHAR, run BIGINT)")
     con.execute("CREATE OR REPLACE TEMP TABLE dd_files (path VARCHAR, shard VARCHAR)")
     con.executemany("INSERT INTO dd_files VALUES (?, ?)", [[p, s] for s, p in shards])
     paths = [p for _, p in shards]
@@ -303,22 +311,25 @@ def resolve_duplicates(
         f"WHERE doc_id NOT IN (SELECT doc_id FROM {SEEN_TABLE})",
         [next_run],
     )
+    # Rank the narrow (id, location) rows, then join: sorting the wide rows moves every band list.
     con.execute(
-        "CREATE OR REPLACE TEMP TABLE dd_ordered AS SELECT d.*, s.run AS seen_run "
-        f"FROM dd_docs d JOIN {SEEN_TABLE} s USING (doc_id)"
+        "CREATE OR REPLACE TEMP TABLE dd_ordered AS SELECT r.ord, d.*, r.seen_run FROM dd_docs d "
+        "JOIN (SELECT doc_id, s.run AS seen_run, row_number() OVER ("
+        "ORDER BY s.run, d.source_file, d.source_line, d.doc_id) AS ord "
+        f"FROM (SELECT doc_id, source_file, source_line FROM dd_docs) d JOIN {SEEN_TABLE} s "
+        "USING (doc_id)) r USING (doc_id)"
     )
-    order = "seen_run, source_file, source_line, doc_id"
+    con.execute("DROP TABLE dd_docs")
     drops: list[pa.Table] = [DROPS_SCHEMA.empty_table()]
     exact_removed = 0
     if exact.enabled:
+        # Groups of one (nearly every document) are dropped by the aggregation itself.
         exact_drops = con.sql(
-            "SELECT shard, doc_id, ? AS reason, "
-            "'duplicate of ' || keeper || ' (' || keeper_file || ':' || keeper_line || ')' "
-            "AS value FROM (SELECT shard, doc_id, "
-            f"first_value(doc_id) OVER w AS keeper, first_value(source_file) OVER w AS keeper_file,"
-            f" first_value(source_line) OVER w AS keeper_line FROM dd_ordered "
-            f"WINDOW w AS (PARTITION BY {CONTENT_HASH} ORDER BY {order})) "
-            "WHERE doc_id <> keeper ORDER BY shard, doc_id",
+            "SELECT d.shard, d.doc_id, ? AS reason, 'duplicate of ' || k.doc_id || ' (' || "
+            "k.source_file || ':' || k.source_line || ')' AS value FROM ("
+            f"SELECT {CONTENT_HASH}, min(ord) AS keep FROM dd_ordered GROUP BY {CONTENT_HASH} "
+            f"HAVING count(*) > 1) g JOIN dd_ordered d USING ({CONTENT_HASH}) "
+            "JOIN dd_ordered k ON k.ord = g.keep WHERE d.ord <> g.keep ORDER BY d.shard, d.doc_id",
             params=[EXACT_DUPLICATE],
         ).to_arrow_table()
         exact_removed = exact_drops.num_rows
@@ -331,39 +342,50 @@ def resolve_duplicates(
         # Each band bucket with more than one document: pair every member with the bucket's
         # first member in stable order (a star, not all pairs: linear in the bucket's size).
         con.execute(
-            "CREATE OR REPLACE TEMP TABLE dd_pairs AS SELECT DISTINCT doc_id, rep FROM ("
-            f"SELECT doc_id, first_value(doc_id) OVER (PARTITION BY h ORDER BY {order}) AS rep "
-            f"FROM (SELECT doc_id, seen_run, source_file, source_line, unnest({MINHASH_BANDS}) "
-            "AS h FROM dd_ordered)) WHERE doc_id <> rep"
+            "CREATE OR REPLACE TEMP TABLE dd_pairs AS SELECT DISTINCT ord, rep FROM ("
+            "SELECT unnest(members) AS ord, rep FROM ("
+            "SELECT list(ord) AS members, min(ord) AS rep FROM ("
+            f"SELECT ord, unnest({MINHASH_BANDS}) AS h FROM dd_ordered) "
+            "GROUP BY h HAVING count(*) > 1)) WHERE ord <> rep"
         )
+        # The documents of the candidate pairs, with their signatures (one scan of the shards).
+        candidates = con.sql(
+            "SELECT o.ord, o.doc_id, o.seen_run, o.source_file, o.source_line, o.shard, "
+            f"m.{MINHASH} FROM dd_ordered o JOIN (SELECT doc_id, {MINHASH} FROM read_parquet(?)) "
+            "m USING (doc_id) WHERE o.ord IN (SELECT ord FROM dd_pairs UNION SELECT rep FROM "
+            "dd_pairs) ORDER BY o.ord",
+            params=[paths],
+        ).to_arrow_table()
         pairs = con.sql(
-            f"SELECT p.doc_id, p.rep, a.{MINHASH} AS sig_a, b.{MINHASH} AS sig_b FROM dd_pairs p "
-            f"JOIN (SELECT doc_id, {MINHASH} FROM read_parquet(?)) a ON a.doc_id = p.doc_id "
-            f"JOIN (SELECT doc_id, {MINHASH} FROM read_parquet(?)) b ON b.doc_id = p.rep "
-            "ORDER BY p.doc_id, p.rep",
-            params=[paths, paths],
+            "SELECT p.ord, p.rep FROM dd_pairs p JOIN dd_ordered a ON a.ord = p.ord "
+            "JOIN dd_ordered b ON b.ord = p.rep ORDER BY a.doc_id, b.doc_id"
         ).to_arrow_table()
         pairs_count = pairs.num_rows
         if pairs_count:
-            sig_a = _signature_matrix(pairs["sig_a"], near.num_perm)
-            sig_b = _signature_matrix(pairs["sig_b"], near.num_perm)
-            similarity = jaccard_estimate(sig_a, sig_b)
+            ords = candidates["ord"].to_numpy()
+            left_at = np.searchsorted(ords, pairs["ord"].to_numpy())
+            right_at = np.searchsorted(ords, pairs["rep"].to_numpy())
+            signatures = _signature_matrix(candidates[MINHASH], near.num_perm)
+            similarity = jaccard_estimate(signatures[left_at], signatures[right_at])
             similar = similarity >= near.threshold
-            left = pairs["doc_id"].to_pylist()
-            right = pairs["rep"].to_pylist()
+            doc_ids = candidates["doc_id"].to_pylist()
+            info = {
+                d: row
+                for d, *row in zip(
+                    doc_ids,
+                    candidates["seen_run"].to_pylist(),
+                    candidates["source_file"].to_pylist(),
+                    candidates["source_line"].to_pylist(),
+                    candidates["shard"].to_pylist(),
+                    strict=True,
+                )
+            }
+            left = [doc_ids[i] for i in left_at]
+            right = [doc_ids[i] for i in right_at]
             members = sorted(
                 {d for i, d in enumerate(left) if similar[i]}
                 | {d for i, d in enumerate(right) if similar[i]}
             )
-            con.execute("CREATE OR REPLACE TEMP TABLE dd_members (doc_id VARCHAR)")
-            con.executemany("INSERT INTO dd_members VALUES (?)", [[d] for d in members])
-            info = {
-                row[0]: row[1:]
-                for row in con.execute(
-                    "SELECT doc_id, seen_run, source_file, source_line, shard FROM dd_ordered "
-                    "WHERE doc_id IN (SELECT doc_id FROM dd_members)"
-                ).fetchall()
-            }
             forest = UnionFind(key=lambda d: (*info[d][:3], d))
             best: dict[str, tuple[float, str]] = {}
             for i in np.flatnonzero(similar):
@@ -392,7 +414,7 @@ def resolve_duplicates(
             if rows:
                 columns = [list(c) for c in zip(*rows, strict=True)]
                 drops.append(pa.table(columns, schema=DROPS_SCHEMA))
-    for name in ("dd_files", "dd_docs", "dd_ordered", "dd_pairs", "dd_members"):
+    for name in ("dd_files", "dd_docs", "dd_ordered", "dd_pairs"):
         con.execute(f"DROP TABLE IF EXISTS {name}")
     return DedupOutcome(
         drops=pa.concat_tables(drops).sort_by([("shard", "ascending"), ("doc_id", "ascending")]),
