@@ -31,6 +31,7 @@ from llm_assets.lib.quality import (
     TOO_MANY_WORDS,
     QualitySpec,
     RepetitionSpec,
+    _factorize,
     dup_ngram_reason,
     quality_filter,
     quality_measures,
@@ -586,3 +587,16 @@ def test_specs_accept_lists_and_are_hashable():
         RepetitionSpec(top_ngram_char_ratios=((2, 0.2),), dup_ngram_char_ratios=())
     )
     assert QualitySpec(stop_words=["x"]).stop_words == ("x",)  # type: ignore[arg-type]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(0, 2**63 - 1) | st.integers(0, 5), max_size=60))
+def test_factorize_numbers_keys_in_order_of_first_appearance(keys):
+    """The n-gram rules rely on it: an occurrence repeats an earlier one exactly when its number
+    is not above every number before it."""
+    first_seen: dict[int, int] = {}
+    expected = [first_seen.setdefault(k, len(first_seen)) for k in keys]
+    for dtype in (np.int64, np.uint64):
+        assert _factorize(np.array(keys, dtype)).tolist() == expected
+    high = [k + 2**63 for k in keys]  # uint64 keys past the int64 range
+    assert _factorize(np.array(high, np.uint64)).tolist() == expected
