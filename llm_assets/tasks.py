@@ -62,6 +62,8 @@ from llm_assets.warehouse.shards import (
 
 _FOOTER_BOOKKEEPING = (INPUT_FINGERPRINT, ROWS_IN, ROWS_REJECTED, STATS)
 SCATTER_MANIFEST = "manifest.json"
+KERNEL_BATCH_ROWS = 8192
+"""Rows a kernel gets per call: big enough to amortize per-call costs, small enough to stream."""
 SPLITS = ("train", "validation")
 
 
@@ -197,7 +199,7 @@ class MapTask:
     kernel: Callable[[pa.Table, Any], StageResult]
     spec: Any
     metadata: tuple[tuple[str, str], ...] = ()
-    batch_rows: int = 8192
+    batch_rows: int = KERNEL_BATCH_ROWS
 
 
 def run_map(task: MapTask) -> ShardStats:
@@ -241,7 +243,7 @@ class DedupApplyTask:
     output_path: str
     rejects_path: str
     input_fingerprint: str
-    batch_rows: int = 8192
+    batch_rows: int = KERNEL_BATCH_ROWS
 
 
 def run_dedup_apply(task: DedupApplyTask) -> ShardStats:
