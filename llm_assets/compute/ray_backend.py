@@ -1,9 +1,19 @@
 """Run tasks as Ray tasks: on a local Ray started once per run, or on an existing cluster.
 
-Ray costs seconds and about half a gigabyte to start, so the backend starts it lazily on the first
-``run`` and keeps it for the backend's life (one Dagster run), then shuts down only what it
+Ray costs seconds and a few hundred megabytes to start, so the backend starts it lazily on the
+first ``run`` and keeps it for the backend's life (one Dagster run), then shuts down only what it
 started. Each task is one remote call per *shard*; the worker reads and writes Parquet itself, so
 only task specs and small stats cross the object store.
+
+A local Ray is started lean (:func:`_start_lean_node`): the GCS, the raylet (with the two agents
+it cannot run without) and the workers, but not the dashboard server, the autoscaler monitor nor
+the log monitor that ``ray.init`` adds. On two cores those three Python processes cost ~1.5 s of
+start-up (``ray.init`` waits for the dashboard server) and ~170 MB of memory, and a run of shard
+tasks on one machine uses none of them. The worker environment (no extra threads per worker)
+reaches the workers through the raylet's environment, which they inherit: asking for it as a
+``runtime_env`` instead makes Ray discard its prestarted workers and start new ones for that
+environment (~1.5 s more before the first task). On an existing cluster the ``runtime_env`` is the
+only way to reach remote workers, so it stays there.
 
 On a cluster, every node must have this package installed and see the warehouse path (a shared
 filesystem); see the README.
@@ -11,20 +21,95 @@ filesystem); see the README.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from llm_assets.compute.base import ComputeBackend, OnResult, R, ShardTaskFailed, T, task_key
+from llm_assets.compute.base import (
+    ComputeBackend,
+    OnResult,
+    R,
+    ShardTaskFailed,
+    T,
+    give_back_memory,
+    task_key,
+)
 
 RAY_ADDRESS_ENV = "RAY_ADDRESS"
-_WORKER_ENV = {"TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1", "RAYON_NUM_THREADS": "1"}
+WORKER_ENV = {"TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1", "RAYON_NUM_THREADS": "1"}
+"""Every worker's environment: parallelism comes from Ray, libraries add no threads of their own."""
 
 
 def _call(fn: Callable[[Any], Any], task: Any) -> Any:
-    """The remote function: one shard task in a Ray worker."""
-    return fn(task)
+    """The remote function: one shard task in a Ray worker.
+
+    A worker lives for the whole run: after each shard it hands the memory the shard freed back to
+    the OS (Arrow's pool and glibc keep it otherwise), as the multiprocess workers do.
+    """
+    try:
+        return fn(task)
+    finally:
+        give_back_memory()
+
+
+@contextlib.contextmanager
+def _environ(updates: dict[str, str]) -> Iterator[None]:
+    """Set environment variables for the duration of the block (processes started in it inherit
+    them), then restore the previous values."""
+    saved = {name: os.environ.get(name) for name in updates}
+    os.environ.update(updates)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def _start_lean_node(num_cpus: int, object_store_bytes: int) -> Any:
+    """Start a local single-node Ray without the processes a run of shard tasks does not use.
+
+    Returns the started ``ray._private.node.Node`` (connect with ``ray.init(address=...)``, stop
+    with :func:`_stop_node`). This is what ``ray.init`` does for a local start, minus the
+    dashboard server, the autoscaler monitor and the log monitor: ``ray.init`` cannot leave them
+    out, so this builds the node from Ray's private ``Node``/``RayParams`` (the way
+    ``ray.cluster_utils.Cluster`` does). Raises ``ImportError``, ``AttributeError`` or
+    ``TypeError`` if a Ray version changed them; the caller then falls back to ``ray.init``.
+    Worker output is not forwarded to the driver (that is the log monitor's job); it stays in
+    the session's log folder (``/tmp/ray/session_latest/logs``).
+    """
+    from ray._private.node import Node
+    from ray._private.parameter import RayParams
+
+    class _LeanHeadNode(Node):
+        def start_api_server(self, **kwargs: Any) -> None:
+            """No dashboard server: nothing here serves HTTP, and ``ray.init`` would wait for it."""
+
+    params = RayParams(
+        num_cpus=num_cpus,
+        object_store_memory=object_store_bytes,
+        include_dashboard=False,
+        no_monitor=True,
+        include_log_monitor=False,
+        env_vars=dict(WORKER_ENV),  # the raylet's environment, inherited by every worker
+        min_worker_port=0,
+        max_worker_port=0,
+    )
+    # spawn_reaper: the daemons die with this process (kernel fate sharing) if it dies unclean.
+    return _LeanHeadNode(params, head=True, shutdown_at_exit=False, spawn_reaper=True)
+
+
+def _stop_node(node: Any) -> None:
+    """Stop every process of a node started by :func:`_start_lean_node` (what ``ray.shutdown``
+    does for a node ``ray.init`` started)."""
+    with contextlib.suppress(Exception):
+        node.destroy_external_storage()
+    node.kill_all_processes(check_alive=False, allow_graceful=True)
 
 
 class RayBackend(ComputeBackend):
@@ -44,6 +129,7 @@ class RayBackend(ComputeBackend):
         self.num_cpus = num_cpus if num_cpus > 0 else (os.cpu_count() or 1)
         self.object_store_mb = object_store_mb
         self._started_here = False
+        self._node: Any = None
         self._remote: Any = None
 
     @property
@@ -66,25 +152,45 @@ class RayBackend(ComputeBackend):
                 self.log.info(f"connecting to the Ray cluster at {self.address}")
                 ray.init(
                     address=self.address,
-                    runtime_env={"env_vars": _WORKER_ENV},
+                    runtime_env={"env_vars": WORKER_ENV},
                     logging_level="WARNING",
                 )
             else:
                 self.log.info(f"starting a local Ray with {self.num_cpus} CPU(s)")
-                ray.init(
-                    num_cpus=self.num_cpus,
-                    object_store_memory=self.object_store_mb * 1024 * 1024,
-                    include_dashboard=False,
-                    runtime_env={"env_vars": _WORKER_ENV},
-                    logging_level="WARNING",
-                    log_to_driver=True,
-                )
+                self._start_local()
             self._started_here = True
+            atexit.register(self.close)
             self.log.info(f"Ray ready in {time.monotonic() - started:.1f} s")
         self._remote = ray.remote(
             num_cpus=1, max_retries=self.max_attempts - 1, retry_exceptions=True
         )(_call)
         return self._remote
+
+    def _start_local(self) -> None:
+        """Start a lean local Ray and connect to it; plain ``ray.init`` if that is impossible."""
+        import ray
+
+        object_store_bytes = self.object_store_mb * 1024 * 1024
+        try:
+            node = _start_lean_node(self.num_cpus, object_store_bytes)
+        except (ImportError, AttributeError, TypeError) as exc:
+            self.log.warning(f"lean Ray start unavailable ({exc!r}); using ray.init")
+            # Workers inherit the environment of the raylet, which inherits it from here.
+            with _environ(WORKER_ENV):
+                ray.init(
+                    num_cpus=self.num_cpus,
+                    object_store_memory=object_store_bytes,
+                    include_dashboard=False,
+                    logging_level="WARNING",
+                )
+            return
+        self._node = node
+        try:
+            ray.init(address=node.address, logging_level="WARNING", log_to_driver=False)
+        except BaseException:
+            self._node = None
+            _stop_node(node)
+            raise
 
     def run(
         self,
@@ -152,5 +258,9 @@ class RayBackend(ComputeBackend):
 
             self.log.info("shutting down Ray")
             ray.shutdown()
+            if self._node is not None:
+                _stop_node(self._node)
+                self._node = None
             self._started_here = False
+            atexit.unregister(self.close)
         self._remote = None

@@ -1,0 +1,86 @@
+"""The Ray backend on a real local Ray: what it starts, what workers see, what close() stops.
+
+Each test starts Ray (seconds), so there are few and they check several things at once. Tasks are
+standard-library functions (``os.getenv``, ``time.sleep``): Ray pickles them by name and every
+worker can import them.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import psutil
+import pytest
+
+from llm_assets.compute.base import ShardTaskFailed
+from llm_assets.compute.ray_backend import WORKER_ENV, RayBackend
+
+pytestmark = pytest.mark.slow
+
+# Python daemons that ray.init starts and a lean local start leaves out (script names).
+_LEFT_OUT = ("dashboard/dashboard.py", "autoscaler/_private/monitor.py", "log_monitor.py")
+
+
+def _descendants() -> list[psutil.Process]:
+    return psutil.Process().children(recursive=True)
+
+
+def _cmdline(proc: psutil.Process) -> str:
+    try:
+        return " ".join(proc.cmdline())
+    except psutil.Error:
+        return ""
+
+
+def test_local_ray_is_lean_passes_the_environment_times_out_and_stops_all(monkeypatch):
+    import ray
+
+    for name in WORKER_ENV:  # the driver's own values must not be what the workers report
+        monkeypatch.delenv(name, raising=False)
+    before = {p.pid for p in _descendants()}  # e.g. a resource tracker left by other tests
+    backend = RayBackend(num_cpus=2, task_timeout_s=2.0, max_attempts=1)
+    try:
+        names = sorted(WORKER_ENV)
+        assert backend.run(os.getenv, names) == [WORKER_ENV[n] for n in names]
+        assert backend._node is not None, "the lean start fell back to ray.init"
+        started = [p for p in _descendants() if p.pid not in before]
+        commands = [_cmdline(p) for p in started]
+        assert not [c for c in commands if any(script in c for script in _LEFT_OUT)]
+        assert any("raylet" in c for c in commands)
+        assert all(os.environ.get(n) is None for n in WORKER_ENV), "driver environment changed"
+
+        with pytest.raises(ShardTaskFailed, match="timed out after 2 s"):
+            backend.run(time.sleep, [60])
+    finally:
+        backend.close()
+    assert not ray.is_initialized()
+    _, alive = psutil.wait_procs(started, timeout=10)
+    assert not alive, f"still running after close(): {[_cmdline(p) for p in alive]}"
+    backend.close()  # twice is fine
+
+
+def test_existing_cluster_gets_the_environment_and_is_left_running(monkeypatch):
+    import ray
+    from ray.cluster_utils import Cluster
+
+    for name in WORKER_ENV:  # the cluster must not inherit the values from this process
+        monkeypatch.delenv(name, raising=False)
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={"num_cpus": 1, "include_dashboard": False},
+    )
+    try:
+        raylet = cluster.head_node.all_processes["raylet"][0].process
+        backend = RayBackend(address=cluster.address)
+        try:
+            names = sorted(WORKER_ENV)
+            # Not this process's environment: the cluster's workers get it from the runtime_env.
+            assert backend.run(os.getenv, names) == [WORKER_ENV[n] for n in names]
+            assert backend.parallelism == 1
+        finally:
+            backend.close()
+        assert not ray.is_initialized()
+        assert raylet.poll() is None, "close() stopped a cluster it did not start"
+    finally:
+        cluster.shutdown()
