@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import xxhash
 
+from llm_assets.lib.quality import split_words
 from llm_assets.lib.schema import METADATA, PROMPT_TOKENS, TEXT, StageResult, empty_rejects
 
 CONTENT_HASH = "content_hash"
@@ -104,36 +105,24 @@ def shingle_hashes(
     to (ascending). Words are lowercased and split on whitespace; a text shorter than ``ngram``
     words is one shingle of all its words; a text without words has none. Vectorized: each
     distinct word is hashed once per batch, n-gram hashes are mixed from word hashes with numpy."""
-    # Trim first: pyarrow 26's split sometimes keeps a text's trailing non-ASCII whitespace on
-    # its last word, which would make the shingles depend on memory layout.
-    words = pc.utf8_split_whitespace(pc.utf8_rtrim_whitespace(pc.utf8_lower(texts)))
-    if isinstance(words, pa.ChunkedArray):
-        words = words.combine_chunks()
-    flat = words.flatten()
-    # Arrow splits "" (and leading/trailing whitespace) into empty words: drop them.
-    nonempty = pc.greater(pc.binary_length(flat), 0)
-    parents = pc.list_parent_indices(words).to_numpy()[nonempty.to_numpy(zero_copy_only=False)]
-    flat = flat.filter(nonempty)
-    counts = np.bincount(parents, minlength=len(words)).astype(np.int64)
-    if len(flat) == 0:
+    parents, ids, vocab = split_words(pc.utf8_lower(texts))
+    counts = np.bincount(parents, minlength=len(texts)).astype(np.int64)
+    if len(ids) == 0:
         return np.zeros(0, np.uint32), np.zeros(0, np.int64)
-    encoded = flat.dictionary_encode()
     word_hash = np.array(
-        [xxhash.xxh64_intdigest(w.encode(), seed) for w in encoded.dictionary.to_pylist()],
-        dtype=np.uint64,
+        [xxhash.xxh64_intdigest(w.encode(), seed) for w in vocab.to_pylist()], dtype=np.uint64
     )
-    hashes = np.concatenate([word_hash[encoded.indices.to_numpy()], np.zeros(ngram, np.uint64)])
-    owner_of_word = np.repeat(np.arange(len(counts)), counts)
+    hashes = np.concatenate([word_hash[ids], np.zeros(ngram, np.uint64)])
     ends = np.cumsum(counts)
-    total = len(flat)
+    total = len(ids)
     # The n-gram starting at every word position (positions near a text's end are dropped).
     mixed = hashes[:total].copy()
     with np.errstate(over="ignore"):
         for k in range(1, ngram):
             mixed = (mixed * _MIX) ^ hashes[k : total + k]
     positions = np.arange(total)
-    full = positions + ngram <= ends[owner_of_word]
-    shingles, owner = mixed[full], owner_of_word[full]
+    full = positions + ngram <= ends[parents]
+    shingles, owner = mixed[full], parents[full]
     short = np.flatnonzero((counts > 0) & (counts < ngram))
     if len(short):  # texts with fewer words than the n-gram: one shingle of all their words
         extra = np.zeros(len(short), np.uint64)
@@ -143,9 +132,9 @@ def shingle_hashes(
                 take = k < counts[short]
                 step = (extra * _MIX) ^ hashes[np.where(take, starts + k, 0)]
                 extra = np.where(take, step if k else hashes[starts], extra)
-        order = np.argsort(np.concatenate([owner, short]), kind="stable")
-        shingles = np.concatenate([shingles, extra])[order]
-        owner = np.concatenate([owner, short])[order]
+        # Those texts have no other shingle: insert theirs where their index falls.
+        at = np.searchsorted(owner, short)
+        shingles, owner = np.insert(shingles, at, extra), np.insert(owner, at, short)
     folded = ((shingles >> np.uint64(32)) ^ (shingles & _MASK32)).astype(np.uint32)
     return folded, owner
 
@@ -156,11 +145,14 @@ def minhash_signatures(texts: pa.Array | pa.ChunkedArray, spec: NearDedupSpec) -
     shingles, owner = shingle_hashes(texts, spec.ngram, spec.seed)
     a, b = _permutations(spec)
     signatures = np.full((spec.num_perm, len(texts)), 0xFFFFFFFF, dtype=np.uint32)
+    buffer = np.empty((spec.num_perm, _SHINGLE_CHUNK), dtype=np.uint32)  # reused: no allocation
+    a_column, b_column = a[:, None], b[:, None]
     for lo in range(0, len(shingles), _SHINGLE_CHUNK):
         chunk = shingles[lo : lo + _SHINGLE_CHUNK]
         rows = owner[lo : lo + _SHINGLE_CHUNK]
-        permuted = a[:, None] * chunk[None, :]
-        permuted += b[:, None]
+        permuted = buffer[:, : len(chunk)]
+        np.multiply(a_column, chunk[None, :], out=permuted)
+        permuted += b_column
         # Shingles of one text are contiguous: reduce each run, then fold into the signature
         # (a text may straddle two chunks).
         bounds = np.flatnonzero(np.diff(rows, prepend=-1))

@@ -324,6 +324,16 @@ def _words(texts: pa.Array, rows: int) -> _Pieces:
     return words
 
 
+def split_words(texts: pa.Array) -> tuple[np.ndarray, np.ndarray, pa.Array]:
+    """The words of a string array as ``str.split()`` sees them: for every word in text order,
+    the row it belongs to and its id, and the distinct words (``vocab[id]``). One Arrow split on
+    ASCII whitespace, split again on Unicode whitespace only when a word holds some; other
+    kernels (MinHash) use it so that they all agree on what a word is."""
+    words = _words(_text_array(texts), len(texts))
+    ids, vocab = words.encoded()
+    return words.parents, ids, vocab
+
+
 def _ratio(numerator: np.ndarray, denominator: np.ndarray) -> np.ndarray:
     """Elementwise ratio as float64, 0 where the denominator is 0."""
     out = np.zeros(len(numerator), np.float64)
@@ -738,5 +748,6 @@ __all__ = [
     "quality_measures",
     "repetition_filter",
     "repetition_measures",
+    "split_words",
     "top_ngram_reason",
 ]

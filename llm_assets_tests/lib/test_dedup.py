@@ -7,8 +7,12 @@ import random
 import duckdb
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
+import xxhash
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from llm_assets.lib.dedup import (
     CONTENT_HASH,
@@ -63,6 +67,37 @@ def test_shingles_match_a_python_reference():
     assert per_text[0] == per_text[1]  # case-insensitive
     assert [len(s) for s in per_text] == [2, 2, 1, 0, 3]
     assert list(owner) == sorted(owner)
+
+
+def _reference_shingles(text: str, n: int, seed: int) -> list[int]:
+    """The shingle hashes of one text, in plain Python: Arrow's lowercase, ``str.split()``,
+    each n-gram's word hashes rolled as ``h * MIX ^ next`` (mod 2^64) and folded to 32 bits."""
+    words = pc.utf8_lower(pa.array([text]))[0].as_py().split()
+    hashes = [xxhash.xxh64_intdigest(w.encode(), seed) for w in words]
+    grams = [hashes[i : i + n] for i in range(len(hashes) - n + 1)] or ([hashes] if hashes else [])
+    out = []
+    for gram in grams:
+        h = gram[0]
+        for nxt in gram[1:]:
+            h = ((h * 0x9E3779B97F4A7C15) % 2**64) ^ nxt
+        out.append((h >> 32) ^ (h & 0xFFFFFFFF))
+    return out
+
+
+_WORDY = st.text(
+    alphabet=st.sampled_from(list("abAB  \n\t\x1c\x85\u00a0\u3000\u2028éİ")), max_size=40
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_WORDY | st.text(max_size=30), max_size=8), st.integers(1, 4))
+def test_shingles_equal_a_plain_python_reference(texts, n):
+    """Random texts with ASCII and Unicode whitespace (the split's slow path), upper case, and
+    texts shorter than the n-gram."""
+    hashes, owner = shingle_hashes(pa.array(texts, pa.string()), n, seed=1)
+    assert list(owner) == sorted(owner)
+    for i, text in enumerate(texts):
+        assert hashes[owner == i].tolist() == _reference_shingles(text, n, 1)
 
 
 def test_signature_estimates_jaccard_without_bias():
