@@ -90,6 +90,13 @@ def _start_lean_node(num_cpus: int, object_store_bytes: int) -> Any:
         def start_api_server(self, **kwargs: Any) -> None:
             """No dashboard server: nothing here serves HTTP, and ``ray.init`` would wait for it."""
 
+        def start_ray_processes(self) -> None:
+            """Start the raylet, then wait for it to register in short steps: ``Node`` asks the
+            GCS next through a call that sleeps a whole second when the raylet is not there yet
+            (it registers once its agents are up, ~1 s), which costs ~0.7 s on average."""
+            super().start_ray_processes()
+            _wait_for_registration(self.gcs_address, self.node_id)
+
     params = RayParams(
         num_cpus=num_cpus,
         object_store_memory=object_store_bytes,
@@ -102,6 +109,32 @@ def _start_lean_node(num_cpus: int, object_store_bytes: int) -> Any:
     )
     # spawn_reaper: the daemons die with this process (kernel fate sharing) if it dies unclean.
     return _LeanHeadNode(params, head=True, shutdown_at_exit=False, spawn_reaper=True)
+
+
+def _wait_for_registration(gcs_address: str, node_id: str, timeout_s: float = 30.0) -> None:
+    """Poll the GCS every 20 ms until the node ``node_id`` (hex) is registered alive.
+
+    Only a shortcut: on any error or at the deadline it returns, and Ray's own wait takes over.
+    """
+    try:
+        from ray._private.services import _get_gcs_client_options
+        from ray._private.state import GlobalState
+
+        state = GlobalState()
+        state._initialize_global_state(_get_gcs_client_options(gcs_address))
+    except Exception:
+        return
+    try:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if any(n.get("NodeID") == node_id and n.get("Alive") for n in state.node_table()):
+                return
+            time.sleep(0.02)
+    except Exception:
+        return
+    finally:
+        with contextlib.suppress(Exception):
+            state.disconnect()
 
 
 def _stop_node(node: Any) -> None:
@@ -206,7 +239,7 @@ class RayBackend(ComputeBackend):
         remote = self._ensure_started()
         # Keep only as many tasks in flight as there are CPUs, so a timeout measures running time
         # (not time spent queued) and the driver's memory holds few references.
-        window = max(1, self.parallelism)
+        window = max(1, self.parallelism) * int(os.environ.get("RB_WINDOW", "1"))
         queue = list(range(len(tasks)))[::-1]
         in_flight: dict[Any, tuple[int, float]] = {}
         results: dict[int, R] = {}
