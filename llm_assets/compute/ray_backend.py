@@ -25,6 +25,7 @@ import atexit
 import contextlib
 import os
 import time
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -237,19 +238,30 @@ class RayBackend(ComputeBackend):
         if not tasks:
             return []
         remote = self._ensure_started()
-        # Keep only as many tasks in flight as there are CPUs, so a timeout measures running time
-        # (not time spent queued) and the driver's memory holds few references.
-        window = max(1, self.parallelism) * int(os.environ.get("RB_WINDOW", "1"))
-        queue = list(range(len(tasks)))[::-1]
-        in_flight: dict[Any, tuple[int, float]] = {}
+        slots = max(1, self.parallelism)
+        # Two tasks per CPU in flight: a worker that finishes a shard starts the next one at once
+        # instead of waiting for the driver to see the result, run ``on_result`` and submit. More
+        # would only hold references. Ray runs a node's tasks in submission order, so the clock
+        # of a queued task starts when an earlier one finishes: the timeout measures running time.
+        queue = deque(range(len(tasks)))
+        in_flight: dict[Any, int] = {}
+        running_since: dict[Any, float] = {}
+        waiting: deque[Any] = deque()
         results: dict[int, R] = {}
         while queue or in_flight:
-            while queue and len(in_flight) < window:
-                index = queue.pop()
-                in_flight[remote.remote(fn, tasks[index])] = (index, time.monotonic())
+            while queue and len(in_flight) < 2 * slots:
+                index = queue.popleft()
+                ref = remote.remote(fn, tasks[index])
+                in_flight[ref] = index
+                waiting.append(ref)
+            now = time.monotonic()
+            while waiting and len(running_since) < slots:
+                running_since[waiting.popleft()] = now
             done, _ = ray.wait(list(in_flight), num_returns=1, timeout=0.5)
             for ref in done:
-                index, _started = in_flight.pop(ref)
+                index = in_flight.pop(ref)
+                if running_since.pop(ref, None) is None:
+                    waiting.remove(ref)
                 try:
                     results[index] = ray.get(ref)
                 except (RayError, GetTimeoutError) as exc:
@@ -261,16 +273,18 @@ class RayBackend(ComputeBackend):
                     on_result(index, results[index])
             if self.task_timeout_s is not None:
                 now = time.monotonic()
-                for index, started in list(in_flight.values()):
+                for ref, started in running_since.items():
                     if now - started > self.task_timeout_s:
                         self._cancel(in_flight)
                         raise ShardTaskFailed(
-                            task_key(tasks[index]), 1, f"timed out after {self.task_timeout_s:g} s"
+                            task_key(tasks[in_flight[ref]]),
+                            1,
+                            f"timed out after {self.task_timeout_s:g} s",
                         )
         return [results[i] for i in range(len(tasks))]
 
     @staticmethod
-    def _cancel(in_flight: dict[Any, tuple[int, float]]) -> None:
+    def _cancel(in_flight: dict[Any, int]) -> None:
         import ray
 
         for ref in in_flight:

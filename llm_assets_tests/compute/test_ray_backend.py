@@ -50,6 +50,9 @@ def test_local_ray_is_lean_passes_the_environment_times_out_and_stops_all(monkey
         assert any("raylet" in c for c in commands)
         assert all(os.environ.get(n) is None for n in WORKER_ENV), "driver environment changed"
 
+        # Four 1.5 s tasks on two CPUs: the two queued behind the first take 3 s from submission,
+        # yet run 1.5 s each, which is all the timeout measures.
+        assert backend.run(time.sleep, [1.5] * 4) == [None] * 4
         with pytest.raises(ShardTaskFailed, match="timed out after 2 s"):
             backend.run(time.sleep, [60])
     finally:
