@@ -87,3 +87,26 @@ def test_existing_cluster_gets_the_environment_and_is_left_running(monkeypatch):
         assert raylet.poll() is None, "close() stopped a cluster it did not start"
     finally:
         cluster.shutdown()
+
+
+def test_plain_ray_init_fallback_still_gives_workers_their_environment(monkeypatch):
+    """If Ray's private node API changes, the backend falls back to ``ray.init`` (full start)."""
+    import ray
+
+    from llm_assets.compute import ray_backend
+
+    def unavailable(*args, **kwargs):
+        raise AttributeError("no Node here")
+
+    monkeypatch.setattr(ray_backend, "_start_lean_node", unavailable)
+    for name in WORKER_ENV:
+        monkeypatch.delenv(name, raising=False)
+    backend = RayBackend(num_cpus=1)
+    try:
+        names = sorted(WORKER_ENV)
+        assert backend.run(os.getenv, names) == [WORKER_ENV[n] for n in names]
+        assert backend._node is None
+        assert all(os.environ.get(n) is None for n in WORKER_ENV), "driver environment changed"
+    finally:
+        backend.close()
+    assert not ray.is_initialized()
