@@ -87,7 +87,13 @@ def _start_lean_node(num_cpus: int, object_store_bytes: int) -> Any:
     from ray._private.node import Node
     from ray._private.parameter import RayParams
 
+    starting: list[Any] = []  # the node while its constructor runs, to clean up if it fails
+
     class _LeanHeadNode(Node):
+        def start_head_processes(self) -> None:
+            starting.append(self)
+            super().start_head_processes()
+
         def start_api_server(self, **kwargs: Any) -> None:
             """No dashboard server: nothing here serves HTTP, and ``ray.init`` would wait for it."""
 
@@ -108,8 +114,14 @@ def _start_lean_node(num_cpus: int, object_store_bytes: int) -> Any:
         min_worker_port=0,
         max_worker_port=0,
     )
-    # spawn_reaper: the daemons die with this process (kernel fate sharing) if it dies unclean.
-    return _LeanHeadNode(params, head=True, shutdown_at_exit=False, spawn_reaper=True)
+    try:
+        # spawn_reaper: the daemons die with this process (kernel fate sharing) if it dies unclean.
+        return _LeanHeadNode(params, head=True, shutdown_at_exit=False, spawn_reaper=True)
+    except BaseException:
+        for node in starting:  # e.g. the raylet never registered: stop what did start
+            with contextlib.suppress(Exception):
+                _stop_node(node)
+        raise
 
 
 def _wait_for_registration(gcs_address: str, node_id: str, timeout_s: float = 30.0) -> None:

@@ -110,3 +110,22 @@ def test_plain_ray_init_fallback_still_gives_workers_their_environment(monkeypat
     finally:
         backend.close()
     assert not ray.is_initialized()
+
+
+def test_a_local_start_that_fails_midway_leaves_no_process(monkeypatch):
+    import ray
+
+    from llm_assets.compute import ray_backend
+
+    def never_registers(*args, **kwargs):
+        raise RuntimeError("the raylet never registered")
+
+    monkeypatch.setattr(ray_backend, "_wait_for_registration", never_registers)
+    before = {p.pid for p in _descendants()}
+    backend = RayBackend(num_cpus=1)
+    with pytest.raises(RuntimeError, match="never registered"):
+        backend.run(os.getenv, ["HOME"])
+    assert not ray.is_initialized()
+    _, alive = psutil.wait_procs([p for p in _descendants() if p.pid not in before], timeout=10)
+    assert not alive, f"left running: {[_cmdline(p) for p in alive]}"
+    backend.close()
