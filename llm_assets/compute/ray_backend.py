@@ -111,6 +111,9 @@ def _start_lean_node(num_cpus: int, object_store_bytes: int) -> Any:
         no_monitor=True,
         include_log_monitor=False,
         env_vars=dict(WORKER_ENV),  # the raylet's environment, inherited by every worker
+        # Any free port for the dashboard agent's HTTP server: with the fixed default (52365)
+        # taken, e.g. by another Ray on this machine, it retries for ~3 s and the raylet waits.
+        dashboard_agent_listen_port=0,
         min_worker_port=0,
         max_worker_port=0,
     )

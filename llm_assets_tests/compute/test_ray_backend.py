@@ -44,6 +44,8 @@ def test_local_ray_is_lean_passes_the_environment_times_out_and_stops_all(monkey
         names = sorted(WORKER_ENV)
         assert backend.run(os.getenv, names) == [WORKER_ENV[n] for n in names]
         assert backend._node is not None, "the lean start fell back to ray.init"
+        # Not the fixed default port, which another Ray on the machine may hold (3 s of retries).
+        assert backend._node.dashboard_agent_listen_port not in (0, 52365)
         started = [p for p in _descendants() if p.pid not in before]
         commands = [_cmdline(p) for p in started]
         assert not [c for c in commands if any(script in c for script in _LEFT_OUT)]
