@@ -45,7 +45,7 @@ def test_every_unicode_space_and_control_character_is_caught():
     st.lists(
         st.lists(
             st.sampled_from(["a", " ", "é", "—", "\n", "\u00a0", "\u2003", "\x85", "😀", "\x1f"])
-            | st.characters(),
+            | st.characters(blacklist_categories=("Cs",)),  # surrogates are not UTF-8
             max_size=12,
         ).map("".join),
         max_size=10,
@@ -53,7 +53,7 @@ def test_every_unicode_space_and_control_character_is_caught():
     st.integers(0, 3),
 )
 def test_equals_a_plain_python_reference(texts, start):
-    array = pa.array(["x"] * start + texts, pa.string()).slice(start)  # offsets not starting at zero
+    array = pa.array(["x"] * start + texts, pa.string()).slice(start)  # offsets not at zero
     assert single_spaced(array).tolist() == [_reference(t) for t in texts]
     assert single_spaced(pa.array(texts, pa.large_string())).tolist() == [
         _reference(t) for t in texts
