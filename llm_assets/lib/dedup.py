@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import xxhash
 
-from llm_assets.lib.quality import split_words
+from llm_assets.lib.quality import Words, split_words
 from llm_assets.lib.schema import METADATA, PROMPT_TOKENS, TEXT, StageResult, empty_rejects
 
 CONTENT_HASH = "content_hash"
@@ -98,14 +98,31 @@ def content_hashes(texts: pa.Array | pa.ChunkedArray) -> pa.Array:
     )
 
 
+def _lowered_words(
+    texts: pa.Array | pa.ChunkedArray, words: Words | None
+) -> tuple[np.ndarray, np.ndarray, pa.Array]:
+    """The words of the lowercased texts (:func:`split_words`). Given the texts' words, their
+    distinct words are lowercased and encoded again instead: lowercasing turns no character into
+    whitespace nor whitespace into anything else, so the words are the same (in another
+    numbering, which no hash depends on: words are hashed by content)."""
+    if words is None:
+        return split_words(pc.utf8_lower(texts))
+    if words.rows != len(texts):
+        raise ValueError(f"words of {words.rows} texts given for {len(texts)} texts")
+    lowered = pc.utf8_lower(words.vocab).dictionary_encode()
+    ids = lowered.indices.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    return words.parents, ids[words.ids], lowered.dictionary
+
+
 def shingle_hashes(
-    texts: pa.Array | pa.ChunkedArray, ngram: int, seed: int
+    texts: pa.Array | pa.ChunkedArray, ngram: int, seed: int, words: Words | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """32-bit hashes of every word n-gram of every text, and the index of the text each belongs
     to (ascending). Words are lowercased and split on whitespace; a text shorter than ``ngram``
     words is one shingle of all its words; a text without words has none. Vectorized: each
-    distinct word is hashed once per batch, n-gram hashes are mixed from word hashes with numpy."""
-    parents, ids, vocab = split_words(pc.utf8_lower(texts))
+    distinct word is hashed once per batch, n-gram hashes are mixed from word hashes with numpy.
+    ``words``: the texts' words (not lowercased), if already split."""
+    parents, ids, vocab = _lowered_words(texts, words)
     counts = np.bincount(parents, minlength=len(texts)).astype(np.int64)
     if len(ids) == 0:
         return np.zeros(0, np.uint32), np.zeros(0, np.int64)
@@ -139,10 +156,12 @@ def shingle_hashes(
     return folded, owner
 
 
-def minhash_signatures(texts: pa.Array | pa.ChunkedArray, spec: NearDedupSpec) -> np.ndarray:
+def minhash_signatures(
+    texts: pa.Array | pa.ChunkedArray, spec: NearDedupSpec, words: Words | None = None
+) -> np.ndarray:
     """MinHash signatures, shape (texts, num_perm), uint32. A text without words gets all-ones
-    (``0xFFFFFFFF``)."""
-    shingles, owner = shingle_hashes(texts, spec.ngram, spec.seed)
+    (``0xFFFFFFFF``). ``words``: the texts' words, if already split."""
+    shingles, owner = shingle_hashes(texts, spec.ngram, spec.seed, words)
     a, b = _permutations(spec)
     signatures = np.full((spec.num_perm, len(texts)), 0xFFFFFFFF, dtype=np.uint32)
     buffer = np.empty((spec.num_perm, _SHINGLE_CHUNK), dtype=np.uint32)  # reused: no allocation
@@ -176,14 +195,20 @@ def band_hashes(signatures: np.ndarray, spec: NearDedupSpec) -> np.ndarray:
     return mixed.view(np.int64)
 
 
-def dedup_annotate(table: pa.Table, exact: ExactDedupSpec, near: NearDedupSpec) -> StageResult:
+def dedup_annotate(
+    table: pa.Table, exact: ExactDedupSpec, near: NearDedupSpec, words: Words | None = None
+) -> StageResult:
     """Kernel (per shard): add ``content_hash`` and, with near-dedup on, ``minhash`` and
-    ``minhash_bands`` columns; drops nothing (the global step decides)."""
+    ``minhash_bands`` columns; drops nothing (the global step decides). ``words``: the words of
+    ``table[TEXT]``, if already split; unused for SFT rows, whose MinHash covers more than the
+    text (:func:`dedup_texts`)."""
     texts = dedup_texts(table)
+    if _joins_metadata(table):
+        words = None
     if exact.enabled:
         table = table.append_column(pa.field(CONTENT_HASH, pa.string()), content_hashes(texts))
     if near.enabled:
-        signatures = minhash_signatures(texts, near)
+        signatures = minhash_signatures(texts, near, words)
         bands = band_hashes(signatures, near)
         table = table.append_column(
             pa.field(MINHASH, pa.list_(pa.uint32(), near.num_perm)),
@@ -199,9 +224,14 @@ def dedup_texts(table: pa.Table) -> pa.Array | pa.ChunkedArray:
     """What two documents must share to be duplicates: the text; for SFT rows (a prompt was
     tokenized before the text) the record's other fields too, so that equal answers to different
     instructions are not duplicates."""
-    if PROMPT_TOKENS not in table.column_names or METADATA not in table.column_names:
+    if not _joins_metadata(table):
         return table[TEXT]
     return pc.binary_join_element_wise(pc.fill_null(table[METADATA], ""), table[TEXT], "\n")
+
+
+def _joins_metadata(table: pa.Table) -> bool:
+    """Whether :func:`dedup_texts` adds the record's fields to the text (SFT rows)."""
+    return PROMPT_TOKENS in table.column_names and METADATA in table.column_names
 
 
 def jaccard_estimate(left: np.ndarray, right: np.ndarray) -> np.ndarray:

@@ -26,12 +26,19 @@ import pyarrow.compute as pc
 from llm_assets.lib.dedup import ExactDedupSpec, NearDedupSpec, dedup_annotate
 from llm_assets.lib.flagged import FlaggedWordsSpec, flagged_filter
 from llm_assets.lib.language import LanguageSpec, language_filter
-from llm_assets.lib.quality import QualitySpec, RepetitionSpec, quality_filter, repetition_filter
+from llm_assets.lib.quality import (
+    QualitySpec,
+    RepetitionSpec,
+    Words,
+    quality_filter,
+    repetition_filter,
+)
 from llm_assets.lib.schema import (
     INPUT_IDS,
     LABEL,
     METADATA,
     N_TOKENS,
+    TEXT,
     StageResult,
     drop_rows,
     empty_rejects,
@@ -182,42 +189,73 @@ def _split_stop_words(
 _ROW = "__filter_row"
 
 
+class _SharedWords:
+    """The words of the batch, split once for every step that reads words (Gopher quality,
+    Gopher repetition, the stop-word rule, MinHash): splitting and encoding them was a quarter
+    of the chain's time when each step did it again. Built at the first step that asks, on the
+    rows it sees; a later step, which sees fewer rows, gets the words of its rows
+    (:meth:`Words.take`), found by the ``_ROW`` number each row carries through the chain."""
+
+    def __init__(self) -> None:
+        self.words: Words | None = None
+        self.rows = np.zeros(0, np.int64)
+
+    def __call__(self, table: pa.Table) -> Words:
+        rows = table[_ROW].to_numpy()
+        if self.words is None:
+            self.words = Words.of(table[TEXT])
+        elif len(rows) != len(self.rows):  # steps only drop rows, in order: same count, same rows
+            self.words = self.words.take(np.searchsorted(self.rows, rows))
+        self.rows = rows
+        return self.words
+
+
 def filter_table(table: pa.Table, spec: FilterSpec | LengthFilterSpec) -> StageResult:
-    """Kernel of ``filtered_documents``: run the filter chain, collecting every step's rejects."""
+    """Kernel of ``filtered_documents``: run the filter chain, collecting every step's rejects.
+
+    The steps that read words share one split of the text (:class:`_SharedWords`); each gives
+    what it gives when run alone on the table."""
     if isinstance(spec, LengthFilterSpec):
         spec = FilterSpec(length=spec)
+    words = _SharedWords()
     steps = [lambda t: filter_length(t, spec.length)]
     if spec.label is not None:
         label = spec.label
         steps.append(lambda t: attach_label(t, label))
     quality, stop_words = _split_stop_words(spec.quality)
     if quality is not None:
-        steps.append(lambda t: quality_filter(t, quality))
+        steps.append(lambda t: quality_filter(t, quality, words(t)))
     if spec.repetition is not None:
-        steps.append(lambda t: repetition_filter(t, spec.repetition))
+        steps.append(lambda t: repetition_filter(t, spec.repetition, words(t)))
     if spec.flagged is not None and spec.flagged.enabled:
         steps.append(lambda t: flagged_filter(t, spec.flagged))
     if spec.language is not None and spec.language.enabled:
         steps.append(lambda t: language_filter(t, spec.language))
     if stop_words is not None:
-        steps.append(lambda t: quality_filter(t, stop_words))
+        steps.append(lambda t: quality_filter(t, stop_words, words(t)))
     if spec.dedup:
         exact = spec.exact_dedup or ExactDedupSpec(enabled=False)
         near = spec.near_dedup or NearDedupSpec(enabled=False)
-        steps.append(lambda t: dedup_annotate(t, exact, near))
+        steps.append(lambda t: dedup_annotate(t, exact, near, words(t) if near.enabled else None))
     rejects = [empty_rejects()]
-    # The token ids are the widest column and no filter reads them: set them aside and take the
-    # survivors' ids once at the end, instead of copying them at every step that drops rows.
-    ids = table[INPUT_IDS] if INPUT_IDS in table.column_names and len(steps) > 1 else None
+    # With more than one step, every row carries its number (_ROW) through the chain: it finds
+    # the shared words of the rows a step sees, and the token ids. The token ids are the widest
+    # column and no filter reads them: set them aside and take the survivors' ids once at the
+    # end, instead of copying them at every step that drops rows.
+    numbered = len(steps) > 1
+    ids = table[INPUT_IDS] if INPUT_IDS in table.column_names and numbered else None
     if ids is not None:
         position, ids_field = table.schema.get_field_index(INPUT_IDS), table.schema.field(INPUT_IDS)
-        rows = pa.array(np.arange(table.num_rows, dtype=np.int64))
-        table = table.drop_columns([INPUT_IDS]).append_column(_ROW, rows)
+        table = table.drop_columns([INPUT_IDS])
+    if numbered:
+        table = table.append_column(_ROW, pa.array(np.arange(table.num_rows, dtype=np.int64)))
     for step in steps:
         result = step(table)
         table = result.kept
         rejects.append(result.rejects)
-    if ids is not None:
-        kept_ids = ids.take(table[_ROW])
-        table = table.drop_columns([_ROW]).add_column(position, ids_field, kept_ids)
+    if numbered:
+        rows = table[_ROW]
+        table = table.drop_columns([_ROW])
+        if ids is not None:
+            table = table.add_column(position, ids_field, ids.take(rows))
     return StageResult(table, pa.concat_tables(rejects))

@@ -258,6 +258,20 @@ def _np(array: pa.Array | pa.ChunkedArray) -> np.ndarray:
     return array.to_numpy(zero_copy_only=False)
 
 
+def _row_sums(offsets: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Per row, the sum of ``values`` (row ``i``'s at ``offsets[i]:offsets[i + 1]``) as int64
+    (float64 if floats)."""
+    dtype = np.float64 if values.dtype.kind == "f" else np.int64
+    starts = offsets[:-1]
+    if len(values) == 0:
+        return np.zeros(len(starts), dtype)
+    # reduceat sums values[starts[i]:starts[i + 1]], the last to the end; an empty row would
+    # get the next row's first value (or index past the end), hence the 0 appended and where.
+    padded = np.concatenate([values, np.zeros(1, values.dtype)])
+    sums = np.add.reduceat(padded, starts, dtype=dtype)
+    return np.where(starts < offsets[1:], sums, 0)
+
+
 class _Pieces:
     """The non-empty items of a list-of-strings array, flattened, with the row each came from
     (nondecreasing) and row ``i``'s items at ``offsets[i]:offsets[i + 1]``."""
@@ -278,15 +292,7 @@ class _Pieces:
 
     def sums(self, values: np.ndarray) -> np.ndarray:
         """Per row, the sum of ``values`` (one number per item) as int64 (float64 if floats)."""
-        dtype = np.float64 if values.dtype.kind == "f" else np.int64
-        starts = self.offsets[:-1]
-        if len(values) == 0:
-            return np.zeros(len(starts), dtype)
-        # reduceat sums values[starts[i]:starts[i + 1]], the last to the end; an empty row would
-        # get the next row's first value (or index past the end), hence the 0 appended and where.
-        padded = np.concatenate([values, np.zeros(1, values.dtype)])
-        sums = np.add.reduceat(padded, starts, dtype=dtype)
-        return np.where(starts < self.offsets[1:], sums, 0)
+        return _row_sums(self.offsets, values)
 
     def encoded(self) -> tuple[np.ndarray, pa.Array]:
         """Integer id of every item (equal items, equal ids) and the distinct items."""
@@ -308,30 +314,90 @@ _OTHER_WHITESPACE = (
 and space."""
 
 
-def _words(texts: pa.Array, rows: int) -> _Pieces:
-    """The whitespace-separated words of every text (as ``str.split()``), dictionary-encoded.
+class Words:
+    """The whitespace-separated words of a batch of texts (as ``str.split()``), dictionary-encoded:
+    for every word in text order, the row it belongs to (``parents``, nondecreasing) and its id
+    (``ids``, numbered in order of first appearance), the distinct words (``vocab[id]``), and row
+    ``i``'s words at ``offsets[i]:offsets[i + 1]``.
 
-    Split on ASCII whitespace first (several times faster than on Unicode whitespace); only
-    when a word then contains other whitespace is the batch split again on Unicode whitespace.
-    Trailing whitespace is trimmed first: pyarrow 26's ``utf8_split_whitespace`` sometimes keeps
-    the last whitespace character of a non-ASCII string (``"é The\\n"`` may give ``"The\\n"``,
-    depending on the memory past the string)."""
-    texts = pc.utf8_rtrim_whitespace(texts)
-    words = _Pieces(pc.ascii_split_whitespace(texts), rows)
-    _ids, vocab = words.encoded()
-    if len(vocab) and pc.any(pc.match_substring_regex(vocab, _OTHER_WHITESPACE)).as_py():
-        words = _Pieces(pc.utf8_split_whitespace(texts), rows)
+    Splitting and encoding the words is the costly part of every kernel that reads words (the
+    Gopher quality and repetition rules, MinHash): ``filter_table`` builds it once per batch
+    with :meth:`of` and hands each kernel the words of the rows it sees with :meth:`take`. A
+    kernel given no words splits the text itself; either way it sees the same words with the
+    same ids, so its results are the same."""
+
+    def __init__(
+        self, parents: np.ndarray, ids: np.ndarray, vocab: pa.Array, offsets: np.ndarray
+    ) -> None:
+        self.parents = parents
+        self.ids = ids
+        self.vocab = vocab
+        self.offsets = offsets
+
+    @classmethod
+    def of(cls, texts: pa.Array | pa.ChunkedArray) -> Words:
+        """The words of every text (a null text has none).
+
+        Split on ASCII whitespace first (several times faster than on Unicode whitespace); only
+        when a word then contains other whitespace is the batch split again on Unicode
+        whitespace. Trailing whitespace is trimmed first: pyarrow 26's ``utf8_split_whitespace``
+        sometimes keeps the last whitespace character of a non-ASCII string (``"é The\\n"`` may
+        give ``"The\\n"``, depending on the memory past the string)."""
+        texts = pc.utf8_rtrim_whitespace(_text_array(texts))
+        rows = len(texts)
+        pieces = _Pieces(pc.ascii_split_whitespace(texts), rows)
+        ids, vocab = pieces.encoded()
+        if len(vocab) and pc.any(pc.match_substring_regex(vocab, _OTHER_WHITESPACE)).as_py():
+            pieces = _Pieces(pc.utf8_split_whitespace(texts), rows)
+            ids, vocab = pieces.encoded()
+        return cls(pieces.parents, ids, vocab, pieces.offsets)
+
+    @property
+    def rows(self) -> int:
+        """How many texts the words come from."""
+        return len(self.offsets) - 1
+
+    def sums(self, values: np.ndarray) -> np.ndarray:
+        """Per row, the sum of ``values`` (one number per word) as int64 (float64 if floats)."""
+        return _row_sums(self.offsets, values)
+
+    def take(self, rows: np.ndarray) -> Words:
+        """The words of the texts at ``rows`` (ascending positions), exactly as :meth:`of` gives
+        them for those texts: ids renumbered in order of first appearance, the vocabulary cut to
+        the words still present. The n-gram hashes of the repetition rules are drawn by id, so
+        the same ids keep them, and every result, the same."""
+        rows = np.asarray(rows, np.int64)
+        if len(rows) == self.rows:
+            return self
+        counts = np.diff(self.offsets)[rows]
+        offsets = np.zeros(len(rows) + 1, np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        # Position of each kept word: its rank among the kept words, shifted by how far its
+        # row moved.
+        shift = np.repeat(self.offsets[:-1][rows] - offsets[:-1], counts)
+        ids = self.ids[np.arange(offsets[-1], dtype=np.int64) + shift]
+        parents = np.repeat(np.arange(len(rows), dtype=np.int64), counts)
+        if len(ids) == 0:
+            return Words(parents, np.zeros(0, np.int64), pa.array([], pa.string()), offsets)
+        codes = _factorize(ids)
+        vocab = self.vocab.take(pa.array(ids[_first_occurrences(codes)]))
+        return Words(parents, codes, vocab, offsets)
+
+
+def _words_of(texts: pa.Array | pa.ChunkedArray, words: Words | None) -> Words:
+    """``words`` if given (checked to be of as many texts), else the words of ``texts``."""
+    if words is None:
+        return Words.of(texts)
+    if words.rows != len(texts):
+        raise ValueError(f"words of {words.rows} texts given for {len(texts)} texts")
     return words
 
 
 def split_words(texts: pa.Array) -> tuple[np.ndarray, np.ndarray, pa.Array]:
     """The words of a string array as ``str.split()`` sees them: for every word in text order,
-    the row it belongs to and its id, and the distinct words (``vocab[id]``). One Arrow split on
-    ASCII whitespace, split again on Unicode whitespace only when a word holds some; other
-    kernels (MinHash) use it so that they all agree on what a word is."""
-    words = _words(_text_array(texts), len(texts))
-    ids, vocab = words.encoded()
-    return words.parents, ids, vocab
+    the row it belongs to and its id, and the distinct words (``vocab[id]``) (:class:`Words`)."""
+    words = Words.of(texts)
+    return words.parents, words.ids, words.vocab
 
 
 def _ratio(numerator: np.ndarray, denominator: np.ndarray) -> np.ndarray:
@@ -405,7 +471,10 @@ def _paragraphs(texts: pa.Array) -> pa.Array:
 
 # --- quality --------------------------------------------------------------------------------------
 def quality_measures(
-    texts: pa.Array | pa.ChunkedArray, spec: QualitySpec | None = None
+    texts: pa.Array | pa.ChunkedArray,
+    spec: QualitySpec | None = None,
+    *,
+    words: Words | None = None,
 ) -> dict[str, np.ndarray]:
     """Measure every Gopher quality heuristic of every text, vectorized over the batch.
 
@@ -413,35 +482,67 @@ def quality_measures(
     words as in ``spec.stop_words``), ``mean_word_length``, ``symbol_word_ratio``,
     ``bullet_lines_ratio``, ``ellipsis_lines_ratio`` and ``alpha_words_ratio`` (float64, 0 for a
     text without words or lines). Exposed so that reports and tests can read the measures behind
-    a decision, not only the decision.
+    a decision, not only the decision. ``words``: the texts' words, if already split.
     """
-    spec = spec or QualitySpec()
+    return _quality_measures(texts, spec or QualitySpec(), words, _QUALITY_MEASURES)
+
+
+_QUALITY_MEASURES = frozenset(
+    {
+        WORDS,
+        MEAN_WORD_LENGTH,
+        SYMBOL_WORD_RATIO,
+        BULLET_LINES_RATIO,
+        ELLIPSIS_LINES_RATIO,
+        ALPHA_WORDS_RATIO,
+        STOP_WORDS,
+    }
+)
+
+
+def _quality_measures(
+    texts: pa.Array | pa.ChunkedArray,
+    spec: QualitySpec,
+    words: Words | None,
+    wanted: frozenset[str],
+) -> dict[str, np.ndarray]:
+    """The measures of :func:`quality_measures` named in ``wanted``, and only those: the
+    stop-word rule alone (run after language identification) needs no lines, lengths or
+    symbols."""
     texts = _text_array(texts)
     rows = len(texts)
-    words = _words(texts, rows)
-    ids, vocab = words.encoded()
-    # Per distinct word, then gathered to every occurrence: far fewer strings to look at.
-    length = _np(pc.utf8_length(vocab)).astype(np.int64)
-    symbols = sum(_np(pc.count_substring(vocab, s)).astype(np.int64) for s in SYMBOLS)
-    alpha = _np(pc.match_substring_regex(vocab, r"\pL")).astype(np.int64)
-    bare = pc.utf8_trim(pc.utf8_lower(vocab), PUNCTUATION)
-    stop_set = pa.array(sorted({w.lower() for w in spec.stop_words}), pa.string())
-    stop = _np(pc.is_in(bare, value_set=stop_set)).astype(np.int64)
+    words = _words_of(texts, words)
+    ids, vocab = words.ids, words.vocab
     n_words = np.diff(words.offsets)
-
-    lines = _Pieces(pc.split_pattern(texts, "\n"), rows)
-    n_lines = np.diff(lines.offsets)
-    bullets = _np(pc.match_substring_regex(lines.flat, _BULLET_LINE)).astype(np.int64)
-    ellipses = _np(pc.match_substring_regex(lines.flat, _ELLIPSIS_LINE)).astype(np.int64)
-    return {
-        WORDS: n_words,
-        MEAN_WORD_LENGTH: _ratio(words.sums(length[ids]), n_words),
-        SYMBOL_WORD_RATIO: _ratio(words.sums(symbols[ids]), n_words),
-        BULLET_LINES_RATIO: _ratio(lines.sums(bullets), n_lines),
-        ELLIPSIS_LINES_RATIO: _ratio(lines.sums(ellipses), n_lines),
-        ALPHA_WORDS_RATIO: _ratio(words.sums(alpha[ids]), n_words),
-        STOP_WORDS: words.sums(stop[ids]),
-    }
+    out: dict[str, np.ndarray] = {}
+    # Per distinct word, then gathered to every occurrence: far fewer strings to look at.
+    if WORDS in wanted:
+        out[WORDS] = n_words
+    if MEAN_WORD_LENGTH in wanted:
+        length = _np(pc.utf8_length(vocab)).astype(np.int64)
+        out[MEAN_WORD_LENGTH] = _ratio(words.sums(length[ids]), n_words)
+    if SYMBOL_WORD_RATIO in wanted:
+        symbols = sum(_np(pc.count_substring(vocab, s)).astype(np.int64) for s in SYMBOLS)
+        out[SYMBOL_WORD_RATIO] = _ratio(words.sums(symbols[ids]), n_words)
+    if wanted & {BULLET_LINES_RATIO, ELLIPSIS_LINES_RATIO}:
+        lines = _Pieces(pc.split_pattern(texts, "\n"), rows)
+        n_lines = np.diff(lines.offsets)
+        for name, pattern in (
+            (BULLET_LINES_RATIO, _BULLET_LINE),
+            (ELLIPSIS_LINES_RATIO, _ELLIPSIS_LINE),
+        ):
+            if name in wanted:
+                matches = _np(pc.match_substring_regex(lines.flat, pattern)).astype(np.int64)
+                out[name] = _ratio(lines.sums(matches), n_lines)
+    if ALPHA_WORDS_RATIO in wanted:
+        alpha = _np(pc.match_substring_regex(vocab, r"\pL")).astype(np.int64)
+        out[ALPHA_WORDS_RATIO] = _ratio(words.sums(alpha[ids]), n_words)
+    if STOP_WORDS in wanted:
+        bare = pc.utf8_trim(pc.utf8_lower(vocab), PUNCTUATION)
+        stop_set = pa.array(sorted({w.lower() for w in spec.stop_words}), pa.string())
+        stop = _np(pc.is_in(bare, value_set=stop_set)).astype(np.int64)
+        out[STOP_WORDS] = words.sums(stop[ids])
+    return out
 
 
 def _count(value: float) -> str:
@@ -507,12 +608,18 @@ def _drop_first_failure(
     )
 
 
-def quality_filter(table: pa.Table, spec: QualitySpec) -> StageResult:
+def quality_filter(table: pa.Table, spec: QualitySpec, words: Words | None = None) -> StageResult:
     """Kernel: drop documents that fail a Gopher quality bound (too short or long, odd word
     lengths, symbol-, bullet- or ellipsis-heavy, mostly non-words, no stop words: boilerplate,
-    lists, tables and machine output rather than prose). Adds no columns."""
-    measures = quality_measures(table[TEXT], spec)
-    return _drop_first_failure(table, _quality_checks(spec), measures)
+    lists, tables and machine output rather than prose). Adds no columns. Only the measures of
+    the checks that are on are computed. ``words``: the words of ``table[TEXT]``, if already
+    split (:class:`Words`)."""
+    checks = _quality_checks(spec)
+    wanted = frozenset(
+        measure for _reason, measure, bound, _below, _fmt in checks if bound is not None
+    )
+    measures = _quality_measures(table[TEXT], spec, words, wanted)
+    return _drop_first_failure(table, checks, measures)
 
 
 # --- repetition -----------------------------------------------------------------------------------
@@ -560,7 +667,7 @@ def _occurs_twice(keys: np.ndarray) -> np.ndarray:
 
 
 def _ngram_measures(
-    words: _Pieces,
+    words: Words,
     rows: int,
     top: tuple[int, ...],
     dup: tuple[int, ...],
@@ -576,7 +683,7 @@ def _ngram_measures(
     out = {top_ngram_reason(n): np.zeros(rows) for n in top}
     out.update({dup_ngram_reason(n): np.zeros(rows) for n in dup})
     wanted = set(top) | set(dup)
-    ids, vocab = words.encoded()
+    ids, vocab = words.ids, words.vocab
     total = len(ids)
     if not wanted or total == 0:
         return out
@@ -668,14 +775,18 @@ def _enabled(pairs: NgramBounds) -> tuple[int, ...]:
 
 
 def repetition_measures(
-    texts: pa.Array | pa.ChunkedArray, spec: RepetitionSpec | None = None
+    texts: pa.Array | pa.ChunkedArray,
+    spec: RepetitionSpec | None = None,
+    *,
+    words: Words | None = None,
 ) -> dict[str, np.ndarray]:
     """Measure the Gopher repetition rules of every text, vectorized over the batch.
 
     Returns float64 arrays with one entry per text: ``dup_line_ratio``, ``dup_para_ratio``
     (of the lines / paragraphs), ``dup_line_char_ratio``, ``dup_para_char_ratio`` (of the
     text's characters), and ``top_<n>gram_char_ratio`` / ``dup_<n>gram_char_ratio`` (of the
-    characters of the words) for each n of the spec whose bound is not ``None``.
+    characters of the words) for each n of the spec whose bound is not ``None``. ``words``: the
+    texts' words, if already split (:class:`Words`).
     """
     spec = spec or RepetitionSpec()
     texts = _text_array(texts)
@@ -690,7 +801,7 @@ def repetition_measures(
         count, dup_chars = _duplicates(pieces, rows)
         out[f"dup_{name}_ratio"] = _ratio(count, np.diff(pieces.offsets))
         out[f"dup_{name}_char_ratio"] = _ratio(dup_chars, chars)
-    words = _words(texts, rows)
+    words = _words_of(texts, words)
     top, dup = _enabled(spec.top_ngram_char_ratios), _enabled(spec.dup_ngram_char_ratios)
     out.update(_ngram_measures(words, rows, top, dup))
     return out
@@ -710,11 +821,14 @@ def _repetition_checks(spec: RepetitionSpec) -> list[_Check]:
     return checks
 
 
-def repetition_filter(table: pa.Table, spec: RepetitionSpec) -> StageResult:
+def repetition_filter(
+    table: pa.Table, spec: RepetitionSpec, words: Words | None = None
+) -> StageResult:
     """Kernel: drop documents that repeat themselves beyond a Gopher bound (repeated lines or
     paragraphs, one phrase dominating, long passages said twice: spam, navigation, templates,
-    degenerate generated text). Adds no columns."""
-    measures = repetition_measures(table[TEXT], spec)
+    degenerate generated text). Adds no columns. ``words``: the words of ``table[TEXT]``, if
+    already split (:class:`Words`)."""
+    measures = repetition_measures(table[TEXT], spec, words=words)
     return _drop_first_failure(table, _repetition_checks(spec), measures)
 
 
@@ -743,6 +857,7 @@ __all__ = [
     "WORDS",
     "QualitySpec",
     "RepetitionSpec",
+    "Words",
     "dup_ngram_reason",
     "quality_filter",
     "quality_measures",

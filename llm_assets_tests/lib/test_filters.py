@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 import pytest
 from hypothesis import given
@@ -10,6 +11,7 @@ from hypothesis import strategies as st
 from llm_assets.lib.filters import (
     TOO_FEW_TOKENS,
     TOO_MANY_TOKENS,
+    FilterSpec,
     LengthFilterSpec,
     filter_table,
 )
@@ -135,3 +137,150 @@ def test_standard_chain_names_the_most_telling_reason():
     assert dict(
         zip(result.rejects["doc_id"].to_pylist(), result.rejects["reason"].to_pylist(), strict=True)
     ) == {"d0": "wrong_language", "d1": "too_few_stop_words", "d2": "too_few_words"}
+
+
+def _each_kernel_alone(table: pa.Table, spec: FilterSpec) -> tuple[pa.Table, pa.Table]:
+    """The chain of :func:`filter_table` spelled out, each kernel splitting the text itself."""
+    from llm_assets.lib.dedup import dedup_annotate
+    from llm_assets.lib.filters import _split_stop_words, filter_length
+    from llm_assets.lib.flagged import flagged_filter
+    from llm_assets.lib.language import language_filter
+    from llm_assets.lib.quality import quality_filter, repetition_filter
+    from llm_assets.lib.schema import empty_rejects
+
+    quality, stop_words = _split_stop_words(spec.quality)
+    steps = [
+        lambda t: filter_length(t, spec.length),
+        lambda t: quality_filter(t, quality),
+        lambda t: repetition_filter(t, spec.repetition),
+        lambda t: flagged_filter(t, spec.flagged),
+        lambda t: language_filter(t, spec.language),
+        lambda t: quality_filter(t, stop_words),
+        lambda t: dedup_annotate(t, spec.exact_dedup, spec.near_dedup),
+    ]
+    rejects = [empty_rejects()]
+    for step in steps:
+        result = step(table)
+        table = result.kept
+        rejects.append(result.rejects)
+    return table, pa.concat_tables(rejects)
+
+
+def _crafted_texts() -> list[str]:
+    """One document per reason of the standard chain (its position in ``reasons`` below), then
+    generated prose, mixed case and Unicode whitespace among it."""
+    import random
+
+    prose = (
+        "The committee met on Tuesday to review the budget of the library and to decide which "
+        "of the proposals would have the support of the members, and the chair said that the "
+        "work on the roof would begin with the spring. Several residents spoke about the "
+        "opening hours, which had been cut last year, and asked whether the reading room could "
+        "stay open later during the exams; the treasurer promised to bring figures to the next "
+        "meeting in March."
+    )
+    telegraphic = (
+        "council votes budget school repairs north district mayor approves funding plan city "
+        "schools roofs windows heating contractors start work april finish autumn parents "
+        "welcome decision teachers ask more classrooms library hours extended evenings weekends "
+        "students exams reading rooms open later treasurer presents figures march meeting "
+        "residents debate parking fees market square traffic lights bridge closed repairs"
+    )
+    french = (
+        "Le conseil municipal a voté hier soir un nouveau budget pour la rénovation des écoles "
+        "primaires du quartier nord, après plusieurs mois de débats entre les élus de la majorité "
+        "et ceux de l'opposition, qui réclamaient davantage de moyens pour les cantines scolaires "
+        "et pour l'entretien des gymnases construits dans les années soixante-dix dans la ville."
+    )
+    words = prose.lower().replace(",", "").replace(".", "").replace(";", "").split()
+    crafted = [
+        "tiny",  # too_few_tokens (n_tokens 3)
+        "A short note of the day.",  # too_few_words
+        " ".join(["the river and the hill"] * 90),  # too_many_words (max 400)
+        " ".join(["a b of to c d"] * 12),  # mean_word_length_too_short
+        " ".join(["the extraordinarilylongwordofthecommittee and"] * 30),  # ..._too_long
+        prose + " #tag #tag #tag #tag #tag #tag #tag #tag #tag #tag #tag #tag",  # symbol_word_ratio
+        "\n".join(f"- {w} reports about the library budget" for w in words[:12]),  # bullets
+        "\n".join(
+            f"{w} and the story of the library went on and on and then..." for w in words[:12]
+        ),
+        # ^ ellipsis_lines_ratio
+        prose + " " + " ".join(str(i) for i in range(300, 360)),  # alpha_words_ratio
+        "\n".join([prose] * 2 + ["And the end."] * 4),  # dup_line_ratio
+        "\n\n".join(["The meeting was long.", "The meeting was long.", prose.replace(", ", "\n")]),
+        # ^ dup_para_ratio
+        prose + " " + " ".join(["of the"] * 25),  # top_2gram_char_ratio
+        prose + " " + prose.replace("The committee", "A board"),  # dup_5gram_char_ratio
+        prose + (" fuck" * 6),  # flagged words
+        french,  # wrong_language
+        telegraphic,  # too_few_stop_words
+        prose,  # kept, then an exact duplicate of it and a near duplicate
+        prose,
+        prose.replace("Tuesday", "Monday"),
+        prose.replace("the library", "THE\u00a0Library").replace(" and ", "\u3000And ", 1),
+    ]
+    rnd = random.Random(4)
+    generated = [
+        " ".join(
+            rnd.choice(words).capitalize() if rnd.random() < 0.1 else rnd.choice(words)
+            for _ in range(rnd.randint(20, 120))
+        )
+        for _ in range(60)
+    ]
+    mixed = crafted[:]
+    for i, text in enumerate(generated):  # interleaved: dropped rows between kept ones
+        mixed.insert(rnd.randint(0, len(mixed)), text if i % 3 else crafted[i % len(crafted)])
+    return crafted + mixed
+
+
+def test_shared_words_give_what_each_kernel_gives_alone():
+    """filter_table splits the words once and hands each step the words of its rows: the kept
+    table (MinHash signatures included) and the rejects are those of each kernel run alone."""
+    from llm_assets.lib.quality import QualitySpec
+    from llm_assets_tests.conftest import docs_table
+
+    texts = _crafted_texts()
+    table = docs_table(texts)
+    n_tokens = [3 if t == "tiny" else 10 + len(t) // 5 for t in texts]
+    table = table.append_column("n_tokens", pa.array(n_tokens, pa.int32()))
+    ids = pa.array([[i] * (i % 4) for i in range(len(texts))], pa.list_(pa.int32()))
+    table = table.add_column(table.num_columns - 1, "input_ids", ids)
+    spec = FilterSpec.standard(quality=QualitySpec(max_words=400))
+    shared = filter_table(table, spec)
+    kept, rejects = _each_kernel_alone(table, spec)
+    assert shared.kept.equals(kept)
+    assert shared.rejects.equals(rejects)
+    reasons = set(rejects["reason"].to_pylist())
+    assert {
+        "too_few_tokens",
+        "too_few_words",
+        "too_many_words",
+        "mean_word_length_too_short",
+        "mean_word_length_too_long",
+        "symbol_word_ratio",
+        "bullet_lines_ratio",
+        "ellipsis_lines_ratio",
+        "alpha_words_ratio",
+        "dup_line_ratio",
+        "dup_para_ratio",
+        "top_2gram_char_ratio",
+        "dup_5gram_char_ratio",
+        "wrong_language",
+        "too_few_stop_words",
+    } <= reasons
+    assert any("flagged" in r for r in reasons)
+    assert kept.num_rows > 10 and "minhash" in kept.column_names
+
+
+def test_words_taken_for_some_rows_are_those_split_from_those_rows():
+    from llm_assets.lib.quality import Words
+
+    texts = pa.array(_crafted_texts(), pa.string())
+    words = Words.of(texts)
+    for rows in ([], [0], [3, 5, 19], list(range(1, len(texts), 2)), [len(texts) - 1]):
+        taken = words.take(np.array(rows, np.int64))
+        fresh = Words.of(texts.take(pa.array(rows, pa.int64())))
+        assert taken.parents.tolist() == fresh.parents.tolist()
+        assert taken.ids.tolist() == fresh.ids.tolist()
+        assert taken.vocab.equals(fresh.vocab)
+        assert taken.offsets.tolist() == fresh.offsets.tolist()
