@@ -18,10 +18,14 @@ import gc
 import gzip
 import logging
 import os
+import pickle
 import shutil
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -348,13 +352,14 @@ def run_benchmark(
     def one(size: int, kind: str, backend: str, repetition: int) -> RunResult:
         corpus = ensure_corpus(data_dir, size, plan.seed)
         if kind == OURS:
-            return run_pipeline(
-                corpus.parent, backend, work_dir=work_dir, workers=workers, size=size,
-                repetition=repetition, workload=plan.workload, log=_QuietLog(log),
+            return run_isolated(
+                run_pipeline, corpus.parent, backend, work_dir=work_dir, workers=workers,
+                size=size, repetition=repetition, workload=plan.workload,
             )  # fmt: skip
-        return run_reference_measured(
-            corpus, backend, work_dir=work_dir, workers=workers, size=size, repetition=repetition
-        )
+        return run_isolated(
+            run_reference_measured, corpus, backend, work_dir=work_dir, workers=workers,
+            size=size, repetition=repetition,
+        )  # fmt: skip
 
     for size, kind, backend in plan.runs():
         if plan.warmup and (kind, backend) not in warmed:
@@ -372,17 +377,31 @@ def run_benchmark(
     return results
 
 
-class _QuietLog:
-    """Pass warnings on, drop the per-shard info lines (hundreds per run)."""
+def run_isolated(fn: Callable[..., RunResult], *args: Any, **kwargs: Any) -> RunResult:
+    """``fn(*args, **kwargs)`` in a fresh Python process, its result handed back.
 
-    def __init__(self, log: Logger) -> None:
-        self._log = log
+    Each measured run gets a driver of its own, so its memory is its own: a long-lived benchmark
+    process holds the corpus texts of the ceiling, the study's runners' leftovers and every
+    earlier run's heap, which the sampler would otherwise count as the run's driver memory. The
+    child imports this module (the pipeline's code) before the clock starts, like any driver."""
+    with tempfile.TemporaryDirectory(prefix="llm-assets-bench-") as tmp:
+        call, answer = Path(tmp) / "call.pkl", Path(tmp) / "result.pkl"
+        call.write_bytes(pickle.dumps((fn, args, kwargs)))
+        code = f"from {__name__} import _run_child; _run_child({str(call)!r}, {str(answer)!r})"
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        if done.returncode != 0 or not answer.exists():
+            raise RuntimeError(
+                f"benchmark run {getattr(fn, '__name__', fn)} failed in its process "
+                f"(exit {done.returncode}):\n{done.stderr[-4000:]}"
+            )
+        return pickle.loads(answer.read_bytes())
 
-    def info(self, msg: str) -> None:
-        _log.debug(msg)
 
-    def warning(self, msg: str) -> None:
-        self._log.warning(msg)
+def _run_child(call: str, answer: str) -> None:
+    """Child side of :func:`run_isolated`."""
+    logging.basicConfig(level=logging.WARNING)
+    fn, args, kwargs = pickle.loads(Path(call).read_bytes())
+    Path(answer).write_bytes(pickle.dumps(fn(*args, **kwargs)))
 
 
 # --- summaries ------------------------------------------------------------------------------------

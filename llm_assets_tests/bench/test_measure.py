@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
 
+import pytest
+
 from llm_assets.bench.measure import ResourceSampler
+from llm_assets.bench.runner import run_isolated
 
 ALLOCATE_100MB = (
     "import time\n"
@@ -35,3 +39,10 @@ def test_driver_cpu_before_the_start_does_not_count():
     with ResourceSampler() as sampler:
         time.sleep(0.2)
     assert sampler.result.cpu_seconds < 0.15
+
+
+def test_each_benchmark_run_gets_a_fresh_process_and_its_errors_come_back():
+    assert run_isolated(os.getpid) != os.getpid()
+    assert run_isolated(divmod, 7, 2) == (3, 1)
+    with pytest.raises(RuntimeError, match="invalid literal"):
+        run_isolated(int, "not a number")
