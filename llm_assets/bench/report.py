@@ -21,7 +21,7 @@ import psutil
 
 from llm_assets.bench.reference import STUDY_RESULTS, StudyRow
 from llm_assets.bench.runner import OURS, REFERENCE, STARTUP, RunResult, Summary
-from llm_assets.warehouse.catalog import Catalog
+from llm_assets.warehouse.catalog import Catalog, insert_values
 
 RESULTS_TABLE = "benchmark_results"
 
@@ -133,8 +133,7 @@ def record_results(
     placeholders = ", ".join("to_timestamp(?)" if i == 2 else "?" for i in range(_COLUMNS))
     with catalog.connect() as con:
         con.execute(_RESULTS_SQL)
-        if rows:
-            con.executemany(f"INSERT INTO {RESULTS_TABLE} VALUES ({placeholders})", rows)
+        insert_values(con, f"INSERT INTO {RESULTS_TABLE}", rows, placeholders)
     return len(rows)
 
 

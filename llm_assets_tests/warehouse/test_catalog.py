@@ -11,7 +11,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from llm_assets.lib.schema import rejects_table
-from llm_assets.warehouse.catalog import Catalog, CatalogLockedError, ShardRecord
+from llm_assets.warehouse.catalog import (
+    INSERT_CHUNK_ROWS,
+    Catalog,
+    CatalogLockedError,
+    ShardRecord,
+    insert_values,
+)
 
 
 def _record(tmp_path, shard, rows, rejected=0):
@@ -142,3 +148,45 @@ def test_a_session_reuses_one_connection_and_rolls_back_a_failed_write(tmp_path)
         assert catalog.query("SELECT count(*) FROM materializations") == [(0,)]
     with catalog.connect() as fresh:
         assert fresh is not first
+
+
+def test_insert_values_writes_every_row_across_chunks_and_replaces_by_key(tmp_path):
+    """Multi-row VALUES in chunks: 1,201 rows (three statements) all land, in one call; an
+    INSERT OR REPLACE of a row recorded before replaces it instead of failing on the key."""
+    catalog = Catalog(tmp_path / "catalog.duckdb")
+    records = [
+        ShardRecord(
+            asset="raw_documents",
+            fingerprint="fp",
+            shard=f"{i:05d}",
+            path=f"/w/part-{i:05d}.parquet",
+            rejects_path=None,
+            rows_in=i,
+            rows_out=i,
+            rows_rejected=0,
+            bytes=i,
+            checksum=f"c{i}",
+            input_fingerprint=f"in{i}",
+            input_shards=(f"f{i}.jsonl",),
+        )
+        for i in range(2 * INSERT_CHUNK_ROWS + 201)
+    ]
+    catalog.record_shards(records[:10])
+    catalog.record_shards(records)
+    with catalog.connect(read_only=True) as con:
+        count, rows_sum, last = con.execute(
+            "SELECT count(*), sum(rows_in), max(shard) FROM shards"
+        ).fetchone()
+        first = con.execute("SELECT input_shards FROM shards WHERE shard = '00000'").fetchone()
+    assert count == len(records)
+    assert rows_sum == sum(range(len(records)))
+    assert last == f"{len(records) - 1:05d}"
+    assert first == ('["f0.jsonl"]',)
+    with duckdb.connect() as con:
+        con.execute("CREATE TABLE t (a INTEGER, ts TIMESTAMP)")
+        insert_values(con, "INSERT INTO t", [[1, 0.0], [2, 60.0]], "?, to_timestamp(?)")
+        insert_values(con, "INSERT INTO t", [])
+        assert con.execute("SELECT a, epoch(ts) FROM t ORDER BY a").fetchall() == [
+            (1, 0.0),
+            (2, 60.0),
+        ]
