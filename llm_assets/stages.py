@@ -375,15 +375,16 @@ def _record_from_footer(
     run was killed between writing the shard and recording it)."""
     meta = read_footer_metadata(plan.output_path)
     rows_out = pq.read_metadata(plan.output_path).num_rows
+    rows_rejected = int(meta.get(ROWS_REJECTED, 0))
     return ShardRecord(
         asset=asset,
         fingerprint=stage_fp,
         shard=plan.shard,
         path=plan.output_path,
-        rejects_path=plan.rejects_path,
+        rejects_path=plan.rejects_path if rows_rejected else None,
         rows_in=int(meta.get(ROWS_IN, rows_out)),
         rows_out=rows_out,
-        rows_rejected=int(meta.get(ROWS_REJECTED, 0)),
+        rows_rejected=rows_rejected,
         bytes=os.path.getsize(plan.output_path),
         checksum=file_sha256(plan.output_path),
         input_fingerprint=meta[INPUT_FINGERPRINT],

@@ -95,10 +95,14 @@ def _write_shard(
     metadata: dict[str, str],
     compression_level: int | None = None,
 ) -> ShardStats:
-    """Stream kernel results into the rejects and output files; commit rejects, then output."""
+    """Stream kernel results into the rejects and output files; commit rejects, then output.
+
+    A shard without rejects gets no rejects file (``rejects_path`` None): most shards of most
+    stages reject nothing, and an empty file cost a Parquet write, an fsync and a checksum each.
+    A rejects file an earlier, killed attempt left at that path is removed, so none outlives it."""
     started = time.perf_counter()
     out: AtomicParquetWriter | None = None
-    rejects = AtomicParquetWriter(rejects_path, REJECT_SCHEMA)
+    rejects: AtomicParquetWriter | None = None
     reasons: Counter[str] = Counter()
     try:
         for result in results:
@@ -111,12 +115,19 @@ def _write_shard(
                 )
             out.write(result.kept)
             if result.rejects.num_rows:
+                if rejects is None:
+                    rejects = AtomicParquetWriter(rejects_path, REJECT_SCHEMA)
                 rejects.write(result.rejects)
                 reasons.update(result.rejects[REASON].to_pylist())
         if out is None:
             out = AtomicParquetWriter(output_path, empty_output_schema(), metadata=metadata)
-        rows_out, rows_rejected = out.rows, rejects.rows
-        written_rejects = rejects.commit()
+        rows_out = out.rows
+        rows_rejected = rejects.rows if rejects is not None else 0
+        if rejects is not None:
+            written_rejects: str | None = rejects.commit().path
+        else:
+            written_rejects = None
+            Path(rejects_path).unlink(missing_ok=True)
         written = out.commit(
             {
                 INPUT_FINGERPRINT: input_fingerprint,
@@ -125,14 +136,15 @@ def _write_shard(
             }
         )
     except BaseException:
-        rejects.abort()
+        if rejects is not None:
+            rejects.abort()
         if out is not None:
             out.abort()
         raise
     return ShardStats(
         shard=key,
         path=written.path,
-        rejects_path=written_rejects.path,
+        rejects_path=written_rejects,
         rows_in=rows_out + rows_rejected,
         rows_out=rows_out,
         rows_rejected=rows_rejected,

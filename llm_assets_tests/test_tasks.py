@@ -9,13 +9,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from llm_assets.lib.batching import BatchSpec, assign_buckets, assign_splits, shuffle_keys
-from llm_assets.lib.schema import DOC_ID, INPUT_IDS
+from llm_assets.lib.filters import LengthFilterSpec, filter_length
+from llm_assets.lib.schema import DOC_ID, INPUT_IDS, N_TOKENS, SOURCE_FILE, SOURCE_LINE, TEXT
 from llm_assets.tasks import (
     SCATTER_FILE,
     SCATTER_MANIFEST,
     SPLITS,
+    MapTask,
     ScatterTask,
     read_scatter_bucket,
+    run_map,
     run_scatter,
     scatter_done,
 )
@@ -81,3 +84,49 @@ def test_scatter_writes_one_file_per_shard_and_every_bucket_reads_back_whole(tmp
             seen += table.num_rows
     assert seen == len(docs)
     assert np.any(validation) and not np.all(validation)
+
+
+def _length_task(tmp_path: Path, n_tokens: list[int]) -> MapTask:
+    rows = len(n_tokens)
+    pq.write_table(
+        pa.table(
+            {
+                DOC_ID: [f"d{i}" for i in range(rows)],
+                SOURCE_FILE: ["f.jsonl"] * rows,
+                SOURCE_LINE: pa.array(range(1, rows + 1), pa.int64()),
+                TEXT: [f"text {i}" for i in range(rows)],
+                N_TOKENS: pa.array(n_tokens, pa.int32()),
+            }
+        ),
+        tmp_path / "in.parquet",
+    )
+    return MapTask(
+        key="s0",
+        input_path=str(tmp_path / "in.parquet"),
+        output_path=str(tmp_path / "out" / "part-s0.parquet"),
+        rejects_path=str(tmp_path / "out" / "rejects" / "part-s0.parquet"),
+        input_fingerprint="in-fp",
+        kernel=filter_length,
+        spec=LengthFilterSpec(min_tokens=10),
+        batch_rows=2,
+    )
+
+
+def test_a_shard_without_rejects_writes_no_rejects_file_and_removes_a_stale_one(tmp_path):
+    """Rejects go to their own file only when there are any; a rejects file a killed attempt
+    left at the path is removed when the retry rejects nothing (so no stale rejects remain)."""
+    task = _length_task(tmp_path, [12, 3, 40, 9, 10])
+    stats = run_map(task)
+    assert (stats.rows_in, stats.rows_out, stats.rows_rejected) == (5, 3, 2)
+    assert stats.rejects_path == task.rejects_path
+    rejects = pq.read_table(task.rejects_path)
+    assert rejects[DOC_ID].to_pylist() == ["d1", "d3"]
+    assert set(rejects["reason"].to_pylist()) == {"too_few_tokens"}
+
+    clean = _length_task(tmp_path, [12, 30, 40])
+    stats = run_map(clean)
+    assert (stats.rows_in, stats.rows_out, stats.rows_rejected) == (3, 3, 0)
+    assert stats.rejects_path is None
+    assert not Path(clean.rejects_path).exists()
+    assert pq.read_table(clean.output_path).num_rows == 3
+    assert not list((tmp_path / "out").rglob("*.tmp-*"))

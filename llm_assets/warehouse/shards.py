@@ -1,11 +1,12 @@
 """Parquet shards on disk: where they live, how they are written, how a finished one is known.
 
-Layout: ``<root>/<asset>/<stage fingerprint>/part-<shard>.parquet`` and, beside it,
-``rejects/part-<shard>.parquet``. The stage fingerprint covers the stage's config and code version;
-the *input* fingerprint of each shard (what it was computed from) is stored in the shard's own
-Parquet footer. A shard is complete exactly when its output file exists: every file is written
-under a temporary name and renamed into place, and the rejects file is renamed before the output
-file, so a reader never sees half a shard and a killed run leaves nothing that looks finished.
+Layout: ``<root>/<asset>/<stage fingerprint>/part-<shard>.parquet`` and, beside it when the
+shard rejected any row, ``rejects/part-<shard>.parquet``. The stage fingerprint covers the stage's
+config and code version; the *input* fingerprint of each shard (what it was computed from) is
+stored in the shard's own Parquet footer. A shard is complete exactly when its output file exists:
+every file is written under a temporary name and renamed into place, and the rejects file is
+renamed before the output file, so a reader never sees half a shard and a killed run leaves
+nothing that looks finished.
 """
 
 from __future__ import annotations
