@@ -23,8 +23,11 @@ ALLOCATE_100MB = (
 def test_child_process_memory_raises_the_peak():
     with ResourceSampler(interval_s=0.05) as idle:
         time.sleep(0.3)
-    with ResourceSampler(interval_s=0.05) as busy:
+    # PSS is read only when the RSS sum rises (no periodic reads within the minute): the child's
+    # 100 MB still reach the peak, and most samples read only RSS.
+    with ResourceSampler(interval_s=0.05, pss_every_s=60, tree_every_s=0.05) as busy:
         subprocess.run([sys.executable, "-c", ALLOCATE_100MB], check=True)
+    assert 2 <= busy.result.pss_samples < busy.result.samples
     assert busy.result.peak_processes >= 2
     assert busy.result.processes_seen >= 2
     assert busy.result.peak_total_pss_mb - idle.result.peak_total_pss_mb > 80
