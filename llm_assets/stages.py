@@ -771,7 +771,6 @@ def run_training_batches(
     if spec.layout == "bucketed" and spec.bucket_boundaries is None:
         spec = replace(spec, bucket_boundaries=_derived_boundaries(ctx, spec))
         ctx.log.info(f"{asset}: length buckets from the data: {spec.bucket_boundaries}")
-    lengths = _filtered_lengths(ctx)
     created_at = _created_at(ctx)
 
     started = time.perf_counter()
@@ -795,8 +794,11 @@ def run_training_batches(
     scatter_dirs = tuple(str(scatter_root / s.shard) for s in upstream)
     all_fp = fingerprint([s.checksum for s in upstream], *scatter_fp_base)
     counts: Counter[str] = Counter()
+    lengths: Counter[int] = Counter()
     for directory in scatter_dirs:
-        counts.update(read_scatter_manifest(directory)["counts"])
+        manifest = read_scatter_manifest(directory)
+        counts.update(manifest["counts"])
+        lengths.update({int(n): d for n, d in manifest["lengths"].items()})
     planned = []
     for split in SPLITS:
         for bucket in range(n_buckets):
@@ -847,7 +849,9 @@ def run_training_batches(
         )
     report.extra["documents"] = report.rows_in
     report.extra["sequences"] = report.rows_out
-    report.extra["length_histogram"] = length_histogram(lengths, spec.seq_len)
+    report.extra["length_histogram"] = length_histogram(
+        np.array(list(lengths), np.int64), spec.seq_len, weights=np.array(list(lengths.values()))
+    )
     if spec.bucket_boundaries:
         report.extra["bucket_boundaries"] = list(spec.bucket_boundaries)
     return report
@@ -883,12 +887,6 @@ def _write_megatron(
     ctx.log.info(f"{TRAINING_BATCHES}: writing {len(tasks)} Megatron dataset(s) (.bin/.idx)")
     run_on_backend(ctx, TRAINING_BATCHES, folder / "megatron", run_megatron, tasks)
     return prefixes
-
-
-def _filtered_lengths(ctx: StageContext) -> np.ndarray:
-    """Token counts of every filtered document (one int32 each: 4 MB per million documents)."""
-    table = ctx.catalog.query_arrow(f"SELECT n_tokens FROM {FILTERED_DOCUMENTS}")
-    return table.column(0).to_numpy().astype(np.int64)
 
 
 def _derived_boundaries(ctx: StageContext, spec: BatchSpec) -> tuple[int, ...]:

@@ -318,7 +318,7 @@ class ScatterTask:
 
 SCATTER_FILE = "buckets.arrow"
 """One Arrow IPC file per scattered shard: one record batch per (split, bucket)."""
-SCATTER_FORMAT = "ipc-1"
+SCATTER_FORMAT = "ipc-2"
 """Part of every scatter fingerprint: a folder written in another layout is scattered again."""
 
 
@@ -328,8 +328,9 @@ def scatter_key(split: str, bucket: int) -> str:
 
 
 def read_scatter_manifest(output_dir: str | Path) -> dict[str, Any]:
-    """A scatter folder's manifest: ``input_fingerprint``, and per (split, bucket) key its row
-    count (``counts``) and the index of its record batch (``batches``)."""
+    """A scatter folder's manifest: ``input_fingerprint``, per (split, bucket) key its row
+    count (``counts``) and the index of its record batch (``batches``), and how many documents
+    have each token count (``lengths``: {count: documents}, JSON keys are strings)."""
     return json.loads((Path(output_dir) / SCATTER_MANIFEST).read_text())
 
 
@@ -368,6 +369,10 @@ def run_scatter(task: ScatterTask) -> dict[str, Any]:
     optional = [c for c in (PROMPT_TOKENS, LABEL) if c in available]
     table = pq.read_table(task.input_path, columns=[DOC_ID, INPUT_IDS, *optional])
     doc_ids = table[DOC_ID].to_pylist()
+    # The asset's length histogram, summed by the driver: no second read of the corpus for it.
+    lengths, documents = np.unique(
+        pc.list_value_length(table[INPUT_IDS]).to_numpy(zero_copy_only=False), return_counts=True
+    )
     keys = shuffle_keys(doc_ids, task.spec.seed)
     validation = assign_splits(doc_ids, task.spec.seed, task.spec.validation_fraction)
     # Group number: split-major, then bucket; a stable sort keeps each group in input order.
@@ -391,7 +396,12 @@ def run_scatter(task: ScatterTask) -> dict[str, Any]:
                 counts[key], batches[key] = int(size), index
         (tmp / SCATTER_MANIFEST).write_text(
             json.dumps(
-                {"input_fingerprint": task.input_fingerprint, "counts": counts, "batches": batches}
+                {
+                    "input_fingerprint": task.input_fingerprint,
+                    "counts": counts,
+                    "batches": batches,
+                    "lengths": {str(n): int(d) for n, d in zip(lengths, documents, strict=True)},
+                }
             )
         )
         if final.exists():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +19,7 @@ from llm_assets.tasks import (
     MapTask,
     ScatterTask,
     read_scatter_bucket,
+    read_scatter_manifest,
     run_map,
     run_scatter,
     scatter_done,
@@ -52,6 +54,11 @@ def test_scatter_writes_one_file_per_shard_and_every_bucket_reads_back_whole(tmp
         assert scatter_done(out, f"fp{shard}") and not scatter_done(out, "other input")
         # One data file per shard, whatever the number of buckets (no temporary folder left).
         assert sorted(p.name for p in out.iterdir()) == sorted([SCATTER_FILE, SCATTER_MANIFEST])
+        # The manifest counts documents per token count (the asset's length histogram).
+        shard_lengths = Counter(len(v) for k, v in docs.items() if first <= int(k[4:]) < first + n)
+        assert read_scatter_manifest(out)["lengths"] == {
+            str(k): v for k, v in sorted(shard_lengths.items())
+        }
         dirs.append(str(out))
     assert len(list((tmp_path / "scatter").iterdir())) == 3
 

@@ -462,15 +462,20 @@ def bucket_layout(
     return order, targets, bucket[order]
 
 
-def length_histogram(lengths: np.ndarray, seq_len: int, bins: int = 16) -> dict[str, int]:
+def length_histogram(
+    lengths: np.ndarray, seq_len: int, bins: int = 16, weights: np.ndarray | None = None
+) -> dict[str, int]:
     """Document-length histogram with power-of-two edges up to ``seq_len`` (and one bin above),
-    for the asset's metadata."""
+    for the asset's metadata. ``weights``: how many documents have each of ``lengths`` (for
+    counts summed from the scatter manifests); one each when None."""
     lengths = np.asarray(lengths, dtype=np.int64)
     edges = [0]
     while edges[-1] < seq_len and len(edges) < bins:
         edges.append(max(1, edges[-1] * 2) if edges[-1] else 8)
     edges = sorted(set(min(e, seq_len) for e in edges))
-    counts = np.histogram(lengths, bins=[*edges, max(seq_len + 1, edges[-1] + 1), np.inf])[0]
+    counts = np.histogram(
+        lengths, bins=[*edges, max(seq_len + 1, edges[-1] + 1), np.inf], weights=weights
+    )[0]
     labels = [f"{a}-{b - 1}" for a, b in itertools.pairwise(edges)]
     labels += [f"{edges[-1]}-{seq_len}", f">{seq_len}"]
     return {label: int(c) for label, c in zip(labels, counts, strict=True)}

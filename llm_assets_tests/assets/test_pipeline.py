@@ -8,12 +8,14 @@ import shutil
 from pathlib import Path
 
 import dagster as dg
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
 from llm_assets.assets.pipeline import PIPELINE_ASSET_DEFS
 from llm_assets.compute.resource import ComputeResource
 from llm_assets.constants import PIPELINE_ASSETS, TRAINING_BATCHES
+from llm_assets.lib.batching import length_histogram
 from llm_assets.warehouse.resource import WarehouseResource
 from llm_assets_tests.conftest import REPO, pipeline_run_config
 
@@ -85,6 +87,11 @@ def test_materialize_all_succeeds_and_checks_pass(in_process_run):
     assert "invalid_json" in meta["raw_documents"]["reject_reasons"].value
     assert "too_few_tokens" in meta["filtered_documents"]["reject_reasons"].value
     assert meta["training_batches"]["padding_fraction"].value < 0.0015 * 100  # at most a few blocks
+    # The length histogram summed from the scatter manifests equals one over the documents in SQL
+    # (seq_len 256 in the test run config).
+    catalog = WarehouseResource(root=str(_base / "warehouse")).catalog()
+    lengths = np.array([n for (n,) in catalog.query("SELECT n_tokens FROM filtered_documents")])
+    assert meta["training_batches"]["length_histogram"].value == length_histogram(lengths, 256)
 
 
 def test_counts_reconcile_across_the_chain_in_sql(in_process_run):

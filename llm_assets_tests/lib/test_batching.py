@@ -555,6 +555,11 @@ def test_length_histogram_counts_every_document():
     hist = batching.length_histogram(np.array([0, 5, 8, 100, 1024, 5000]), 1024)
     assert sum(hist.values()) == 6
     assert hist[">1024"] == 1
+    # Counts per distinct length (as summed from the scatter manifests) give the same histogram.
+    lengths, documents = np.unique([0, 5, 5, 8, 100, 100, 100, 5000], return_counts=True)
+    assert batching.length_histogram(lengths, 1024, weights=documents) == (
+        batching.length_histogram(np.array([0, 5, 5, 8, 100, 100, 100, 5000]), 1024)
+    )
 
 
 @pytest.mark.parametrize(
