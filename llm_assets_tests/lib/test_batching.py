@@ -250,6 +250,15 @@ def test_shuffle_keys_are_the_documented_keyed_hash():
     keys = shuffle_keys(["doc-1"], 7)
     assert keys.dtype == np.uint64
     assert int(keys[0]) == int.from_bytes(expected, "little")
+    # Many documents (the hasher is copied per document: no state carries over between them).
+    ids = ["doc-1", "", "doc-1", "é-unicode", "x" * 300]
+    fresh = [
+        hashlib.blake2b(
+            i.encode(), digest_size=8, key=(7).to_bytes(8, "little"), person=b"llm-assets/shuf"
+        ).digest()
+        for i in ids
+    ]
+    assert shuffle_keys(ids, 7).tolist() == [int.from_bytes(d, "little") for d in fresh]
 
 
 def test_shuffle_is_deterministic_per_seed_and_differs_between_seeds():
