@@ -5,6 +5,8 @@ from __future__ import annotations
 import itertools
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from llm_assets.stages import StageInputError, line_ranges, list_input_files
 
@@ -58,3 +60,31 @@ def test_empty_or_missing_input_folder(tmp_path):
         list_input_files(tmp_path)
     with pytest.raises(StageInputError, match="does not exist"):
         list_input_files(tmp_path / "missing")
+
+
+def _line_ranges_reference(data: bytes, rows_per_shard: int) -> list[tuple[int, int, int]]:
+    """The obvious implementation: split into lines, group them."""
+    lines = data.split(b"\n")
+    lines = [line + b"\n" for line in lines[:-1]] + ([lines[-1]] if lines[-1] else [])
+    ranges, pos = [], 0
+    for i in range(0, len(lines), rows_per_shard):
+        size = sum(map(len, lines[i : i + rows_per_shard]))
+        ranges.append((pos, pos + size, i + 1))
+        pos += size
+    return ranges or [(0, 0, 1)]
+
+
+@given(
+    line_sizes=st.lists(st.sampled_from([0, 1, 7, 300, 1_500_000]), max_size=40),
+    trailing_newline=st.booleans(),
+    rows_per_shard=st.integers(1, 12),
+)
+@settings(max_examples=60, deadline=None)
+def test_line_ranges_equal_the_obvious_split(
+    tmp_path_factory, line_sizes, trailing_newline, rows_per_shard
+):
+    # Lines of 1.5 MB put range ends anywhere in and across the 4 MiB read blocks.
+    body = b"\n".join(b"x" * n for n in line_sizes) + (b"\n" if trailing_newline else b"")
+    path = tmp_path_factory.mktemp("ranges") / "f.jsonl"
+    path.write_bytes(body)
+    assert line_ranges(path, rows_per_shard) == _line_ranges_reference(body, rows_per_shard)
