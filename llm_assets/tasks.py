@@ -52,6 +52,7 @@ from llm_assets.lib.schema import (
 )
 from llm_assets.warehouse.shards import (
     INPUT_FINGERPRINT,
+    INTERMEDIATE_COMPRESSION,
     ROWS_IN,
     ROWS_REJECTED,
     STATS,
@@ -93,7 +94,6 @@ def _write_shard(
     input_fingerprint: str,
     empty_output_schema: Callable[[], pa.Schema],
     metadata: dict[str, str],
-    compression_level: int | None = None,
 ) -> ShardStats:
     """Stream kernel results into the rejects and output files; commit rejects, then output.
 
@@ -111,7 +111,7 @@ def _write_shard(
                     output_path,
                     result.kept.schema,
                     metadata=metadata,
-                    compression_level=compression_level,
+                    compression=INTERMEDIATE_COMPRESSION,
                 )
             out.write(result.kept)
             if result.rejects.num_rows:
@@ -120,7 +120,12 @@ def _write_shard(
                 rejects.write(result.rejects)
                 reasons.update(result.rejects[REASON].to_pylist())
         if out is None:
-            out = AtomicParquetWriter(output_path, empty_output_schema(), metadata=metadata)
+            out = AtomicParquetWriter(
+                output_path,
+                empty_output_schema(),
+                metadata=metadata,
+                compression=INTERMEDIATE_COMPRESSION,
+            )
         rows_out = out.rows
         rows_rejected = rejects.rows if rejects is not None else 0
         if rejects is not None:

@@ -34,6 +34,12 @@ STATS = "llm_assets.stats"
 """JSON object of additive per-shard statistics (tokens, padding, ...), summed per asset."""
 TMP_MARKER = ".tmp-"
 DEFAULT_COMPRESSION = "zstd"
+"""Codec of files people keep: training batches (the product) and rejects (the audit trail)."""
+INTERMEDIATE_COMPRESSION = "lz4"
+"""Codec of the document shards between stages (raw, normalized, tokenized, filtered): each is
+written once and read by the next stage, like the uncompressed Arrow cache of ``datasets.map``.
+Per 10K-row shard LZ4 writes in 20-42 ms instead of ZSTD's 27-56 ms (about 8 % of an in-process
+run's CPU at 200K rows) for files ~1.6x larger (tokenized: 3.7 instead of 2.4 MB)."""
 DEFAULT_ROW_GROUP_ROWS = 16_384
 
 

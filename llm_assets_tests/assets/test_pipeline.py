@@ -14,7 +14,13 @@ import pytest
 
 from llm_assets.assets.pipeline import PIPELINE_ASSET_DEFS
 from llm_assets.compute.resource import ComputeResource
-from llm_assets.constants import PIPELINE_ASSETS, TRAINING_BATCHES
+from llm_assets.constants import (
+    FILTERED_DOCUMENTS,
+    PIPELINE_ASSETS,
+    RAW_DOCUMENTS,
+    TOKENIZED_DOCUMENTS,
+    TRAINING_BATCHES,
+)
 from llm_assets.lib.batching import length_histogram
 from llm_assets.warehouse.resource import WarehouseResource
 from llm_assets_tests.conftest import REPO, pipeline_run_config
@@ -138,6 +144,15 @@ def test_batches_have_schema_metadata_and_fixed_length(in_process_run):
     assert meta[b"llm_assets.seq_len"] == b"256"
     assert meta[b"llm_assets.tokenizer.name"] == b"gpt2"
     assert pq.read_metadata(shards[0].path).row_group(0).column(0).compression == "ZSTD"
+    # The shards between stages are LZ4 (written once, read once); batches and rejects ZSTD.
+    for asset in (RAW_DOCUMENTS, TOKENIZED_DOCUMENTS, FILTERED_DOCUMENTS):
+        shard = catalog.current_shards(asset)[0]
+        assert pq.read_metadata(shard.path).row_group(0).column(0).compression == "LZ4"
+    rejected = [s for s in catalog.current_shards(FILTERED_DOCUMENTS) if s.rejects_path]
+    assert rejected and all(
+        pq.read_metadata(s.rejects_path).row_group(0).column(0).compression == "ZSTD"
+        for s in rejected
+    )
     lengths = catalog.query("SELECT DISTINCT len(input_ids) FROM training_batches")
     assert lengths == [(256,)]
 
