@@ -290,7 +290,8 @@ def markdown_report(
         f"Machine: {machine['cores']} cores, {machine['memory_gb']} GB "
         f"({machine.get('platform', '')}); commit `{commit or 'unknown'}`. Workload: normalize "
         "`ascii_lower`, GPT-2, drop < 10 tokens, pack batches. Medians of the repetitions; "
-        "seconds include backend start-up (worker spawn, local Ray start); memory is the peak "
+        "seconds include backend start-up (worker spawn, local Ray start; the driver works on "
+        "shards while Ray starts, so Ray's start-up overlaps processing); memory is the peak "
         "sum of PSS over the driver and all its descendant processes.",
         "### Recommendation (fastest backend per size on this machine)",
         "\n".join(recommendations(summaries)) or "_no runs_",

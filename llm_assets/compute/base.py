@@ -63,6 +63,9 @@ class ComputeBackend(ABC):
     """
 
     name: str = "abstract"
+    ready_seconds: float | None = None
+    """How long the backend took to start its workers, once it has (None: nothing to start, or
+    not started yet). Benchmarks report it as start-up time."""
 
     def __init__(
         self,

@@ -15,6 +15,13 @@ reaches the workers through the raylet's environment, which they inherit: asking
 environment (~1.5 s more before the first task). On an existing cluster the ``runtime_env`` is the
 only way to reach remote workers, so it stays there.
 
+A local Ray starts in a background thread, and until it is ready the run's own process works
+through the shards itself (:meth:`RayBackend.run`), then hands the rest to Ray: on two cores the
+start takes 2-3 s, as long as a 30K-row job takes in one process, and waiting for it made Ray the
+slowest backend for small inputs. Shards run that way get what the in-process backend gives them
+(no timeout, no process of their own); a shard that raises there is left to Ray, which retries it.
+``work_while_starting=False`` waits for Ray instead and sends every shard to it.
+
 On a cluster, every node must have this package installed and see the warehouse path (a shared
 filesystem); see the README.
 """
@@ -23,7 +30,12 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
+import importlib
+import logging
 import os
+import sys
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -35,6 +47,7 @@ from llm_assets.compute.base import (
     R,
     ShardTaskFailed,
     T,
+    describe_error,
     give_back_memory,
     task_key,
 )
@@ -127,6 +140,30 @@ def _start_lean_node(num_cpus: int, object_store_bytes: int) -> Any:
         raise
 
 
+def _import_module(name: str) -> int:
+    """Ray task: import a module in a worker (ahead of the shard tasks that need it)."""
+    importlib.import_module(name)
+    return os.getpid()
+
+
+def _warm_workers(module: str, workers: int) -> None:
+    """Have ``workers`` Ray workers import ``module`` at once, and wait for them."""
+    import ray
+
+    warm = ray.remote(num_cpus=1)(_import_module)
+    ray.get([warm.remote(module) for _ in range(workers)])
+
+
+@functools.cache
+def _quiet_thread_warning() -> None:
+    """Drop Ray's warning that a driver connected outside the main thread has no SIGTERM handler
+    of Ray's: the background start does that on purpose (SIGTERM keeps its default, or Dagster's,
+    handler). Once per process."""
+    logging.getLogger("ray._private.worker").addFilter(
+        lambda record: "SIGTERM handler is not set" not in record.getMessage()
+    )
+
+
 def _wait_for_registration(gcs_address: str, node_id: str, timeout_s: float = 30.0) -> None:
     """Poll the GCS every 20 ms until the node ``node_id`` (hex) is registered alive.
 
@@ -171,15 +208,24 @@ class RayBackend(ComputeBackend):
         address: str | None = None,
         num_cpus: int = 0,
         object_store_mb: int = 256,
+        work_while_starting: bool = True,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.address = address or os.environ.get(RAY_ADDRESS_ENV) or None
         self.num_cpus = num_cpus if num_cpus > 0 else (os.cpu_count() or 1)
         self.object_store_mb = object_store_mb
+        self.work_while_starting = work_while_starting
+        self.shards_run_in_driver = 0
+        """Shards this process ran itself while the local Ray started (see the module doc)."""
         self._started_here = False
         self._node: Any = None
         self._remote: Any = None
+        self._starter: threading.Thread | None = None
+        self._ready = threading.Event()  # the background start ended (started or failed)
+        self._release = threading.Event()  # the starting thread may end: Ray is stopped
+        self._start_began = 0.0
+        self._start_error: BaseException | None = None
 
     @property
     def parallelism(self) -> int:
@@ -190,30 +236,131 @@ class RayBackend(ComputeBackend):
         return self.num_cpus
 
     def _ensure_started(self) -> Any:
-        import ray
-
         if self._remote is not None:
             return self._remote
-        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-        if not ray.is_initialized():
-            started = time.monotonic()
-            if self.address:
-                self.log.info(f"connecting to the Ray cluster at {self.address}")
-                ray.init(
-                    address=self.address,
-                    runtime_env={"env_vars": WORKER_ENV},
-                    logging_level="WARNING",
-                )
-            else:
-                self.log.info(f"starting a local Ray with {self.num_cpus} CPU(s)")
-                self._start_local()
-            self._started_here = True
-            atexit.register(self.close)
-            self.log.info(f"Ray ready in {time.monotonic() - started:.1f} s")
+        if self._starter is not None:
+            self._finish_background_start()
+        else:
+            self._start()
+        import ray
+
         self._remote = ray.remote(
             num_cpus=1, max_retries=self.max_attempts - 1, retry_exceptions=True
         )(_call)
         return self._remote
+
+    def _start(self) -> None:
+        """Connect to the cluster, or start a local Ray and connect to it, unless Ray is up."""
+        import ray
+
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        if ray.is_initialized():
+            return
+        started = time.monotonic()
+        if self.address:
+            self.log.info(f"connecting to the Ray cluster at {self.address}")
+            ray.init(
+                address=self.address,
+                runtime_env={"env_vars": WORKER_ENV},
+                logging_level="WARNING",
+            )
+        else:
+            self.log.info(f"starting a local Ray with {self.num_cpus} CPU(s)")
+            self._start_local()
+        self._started_here = True
+        atexit.register(self.close)
+        self.ready_seconds = time.monotonic() - started
+        self.log.info(f"Ray ready in {self.ready_seconds:.1f} s")
+
+    def _can_work_while_starting(self) -> bool:
+        """Start in the background: a local Ray not started yet, with the option on."""
+        if not self.work_while_starting or self.address or self._remote is not None:
+            return False
+        ray = sys.modules.get("ray")  # importing Ray costs ~0.5 s: that is the thread's job too
+        return ray is None or not ray.is_initialized()
+
+    def _begin_background_start(self, warm_module: str) -> None:
+        """Start the local Ray (import, node, connect) in a thread; :meth:`_ensure_started`
+        waits for it.
+
+        Ray counts as ready once every worker has imported ``warm_module`` (the task function's
+        module: pyarrow, the kernels), ~0.5 s per worker: until then this process is faster.
+
+        The thread then lives until :meth:`close`: Ray starts its daemons with the kernel's
+        parent-death signal, which fires when the *thread* that started them ends.
+        """
+        if self._starter is not None:
+            return
+        self.log.info(
+            f"starting a local Ray with {self.num_cpus} CPU(s); this process works on shards "
+            "until it is ready"
+        )
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        self._start_began = time.monotonic()
+        self._ready.clear()
+        self._release.clear()
+
+        def start() -> None:
+            try:
+                import ray
+
+                _quiet_thread_warning()
+                if not ray.is_initialized():
+                    self._start_local()
+                    self._started_here = True
+                _warm_workers(warm_module, self.num_cpus)
+                self.ready_seconds = time.monotonic() - self._start_began
+            except BaseException as exc:  # handed to the driver thread by _ensure_started
+                self._start_error = exc
+                return
+            finally:
+                self._ready.set()
+            self._release.wait()
+
+        self._starter = threading.Thread(target=start, name="llm-assets-ray-start", daemon=True)
+        self._starter.start()
+
+    def _finish_background_start(self) -> None:
+        """Wait for the background start; raise what it raised."""
+        assert self._starter is not None
+        self._ready.wait()
+        error, self._start_error = self._start_error, None
+        if error is not None:
+            self._starter.join()
+            self._starter = None
+            raise error
+        if self._started_here:
+            atexit.register(self.close)
+        self.log.info(
+            f"Ray ready in {self.ready_seconds or 0:.1f} s; this process ran "
+            f"{self.shards_run_in_driver} shard(s) meanwhile"
+        )
+
+    def _run_in_driver_while_starting(
+        self,
+        fn: Callable[[T], R],
+        tasks: Sequence[T],
+        on_result: OnResult | None,
+        results: dict[int, R],
+    ) -> None:
+        """Run tasks here, in order, until the background start ends; fill ``results``.
+
+        A task that raises is left for Ray (its own process, its retries), not retried here.
+        """
+        for index, task in enumerate(tasks):
+            if self._ready.is_set():
+                return
+            try:
+                results[index] = fn(task)
+            except Exception as exc:
+                self.log.warning(
+                    f"shard {task_key(task)} failed in this process while Ray started "
+                    f"({describe_error(exc)}); Ray will run it"
+                )
+                continue
+            self.shards_run_in_driver += 1
+            if on_result is not None:
+                on_result(index, results[index])
 
     def _start_local(self) -> None:
         """Start a lean local Ray and connect to it; plain ``ray.init`` if that is impossible."""
@@ -252,17 +399,23 @@ class RayBackend(ComputeBackend):
 
         if not tasks:
             return []
+        results: dict[int, R] = {}
+        if self._can_work_while_starting():
+            self._begin_background_start(getattr(fn, "__module__", None) or __name__)
+        if self._remote is None and self._starter is not None:
+            self._run_in_driver_while_starting(fn, tasks, on_result, results)
+            if len(results) == len(tasks):
+                return [results[i] for i in range(len(tasks))]
         remote = self._ensure_started()
         slots = max(1, self.parallelism)
         # Two tasks per CPU in flight: a worker that finishes a shard starts the next one at once
         # instead of waiting for the driver to see the result, run ``on_result`` and submit. More
         # would only hold references. Ray runs a node's tasks in submission order, so the clock
         # of a queued task starts when an earlier one finishes: the timeout measures running time.
-        queue = deque(range(len(tasks)))
+        queue = deque(i for i in range(len(tasks)) if i not in results)
         in_flight: dict[Any, int] = {}
         running_since: dict[Any, float] = {}
         waiting: deque[Any] = deque()
-        results: dict[int, R] = {}
         while queue or in_flight:
             while queue and len(in_flight) < 2 * slots:
                 index = queue.popleft()
@@ -315,6 +468,11 @@ class RayBackend(ComputeBackend):
         return [p.pid for p in me.children(recursive=True)]
 
     def close(self) -> None:
+        if self._starter is not None:
+            self._ready.wait()  # a start under way: let it finish, then stop what it started
+            if self._start_error is not None:  # every shard ran here before it failed
+                self.log.warning(f"the local Ray failed to start: {self._start_error!r}")
+                self._start_error = None
         if self._started_here:
             import ray
 
@@ -325,4 +483,8 @@ class RayBackend(ComputeBackend):
                 self._node = None
             self._started_here = False
             atexit.unregister(self.close)
+        if self._starter is not None:
+            self._release.set()
+            self._starter.join()
+            self._starter = None
         self._remote = None

@@ -26,6 +26,7 @@ def make_backend(
     *,
     workers: int = 0,
     ray_address: str | None = None,
+    ray_work_while_starting: bool = True,
     max_attempts: int = 3,
     task_timeout_s: float | None = None,
     logger: Logger | None = None,
@@ -48,7 +49,12 @@ def make_backend(
     if backend == "ray":
         from llm_assets.compute.ray_backend import RayBackend
 
-        return RayBackend(address=ray_address, num_cpus=workers, **common)
+        return RayBackend(
+            address=ray_address,
+            num_cpus=workers,
+            work_while_starting=ray_work_while_starting,
+            **common,
+        )
     if backend == AUTO:
         from llm_assets.bench.auto import AutoBackend
         from llm_assets.constants import CATALOG_FILE, DEFAULT_WAREHOUSE_DIR
@@ -58,6 +64,7 @@ def make_backend(
                 name,
                 workers=workers,
                 ray_address=ray_address,
+                ray_work_while_starting=ray_work_while_starting,
                 max_attempts=max_attempts,
                 task_timeout_s=task_timeout_s,
                 logger=logger,
@@ -78,6 +85,10 @@ class ComputeResource(dg.ConfigurableResource):
     """Worker processes (multiprocess) or CPUs (local Ray); 0 means every core."""
     ray_address: str | None = None
     """Address of an existing Ray cluster; unset means ``RAY_ADDRESS`` or a local Ray."""
+    ray_work_while_starting: bool = True
+    """Local Ray only: while Ray starts (2-3 s on two cores) this process runs shards itself, then
+    hands the rest to Ray. Off: every shard waits for Ray and runs in a Ray worker (its own
+    process, with the timeout)."""
     max_attempts: int = 3
     """Attempts per shard before the run fails (a worker that dies or raises is retried)."""
     task_timeout_s: float | None = 3600.0
@@ -105,6 +116,7 @@ class ComputeResource(dg.ConfigurableResource):
                 self.backend,
                 workers=self.workers,
                 ray_address=self.ray_address,
+                ray_work_while_starting=self.ray_work_while_starting,
                 max_attempts=self.max_attempts,
                 task_timeout_s=self.task_timeout_s,
                 logger=self._logger,

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 
 @dataclass(frozen=True)
 class ProbeTask:
-    """Square ``value``; optionally die or raise on the first ``fail_times`` attempts.
+    """Square ``value`` (after sleeping ``sleep_s``); optionally die or raise on the first
+    ``fail_times`` attempts.
 
     Attempts are counted with marker files in ``state_dir`` so they survive a killed worker.
     """
@@ -24,6 +26,7 @@ class ProbeTask:
     state_dir: str = ""
     fail_times: int = 0
     mode: str = "ok"  # "ok" | "kill" (SIGKILL the worker) | "raise"
+    sleep_s: float = 0.0
 
 
 def run_probe(task: ProbeTask) -> dict[str, int]:
@@ -36,4 +39,6 @@ def run_probe(task: ProbeTask) -> dict[str, int]:
             if task.mode == "kill":
                 os.kill(os.getpid(), signal.SIGKILL)
             raise RuntimeError(f"planned failure {attempt} of {task.key}")
+    if task.sleep_s:
+        time.sleep(task.sleep_s)
     return {"value": task.value * task.value, "pid": os.getpid()}

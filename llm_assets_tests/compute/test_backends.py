@@ -13,7 +13,9 @@ LOCAL_BACKENDS = ["in_process", "multiprocess"]
 
 @pytest.fixture(scope="module")
 def ray_backend():
-    backend = make_backend("ray", workers=2, max_attempts=3)
+    # Every task in a Ray worker (as after Ray's start); test_ray_backend covers the shards the
+    # driver runs while Ray starts.
+    backend = make_backend("ray", workers=2, max_attempts=3, ray_work_while_starting=False)
     yield backend
     backend.close()
 

@@ -15,6 +15,7 @@ import pytest
 
 from llm_assets.compute.base import ShardTaskFailed
 from llm_assets.compute.ray_backend import WORKER_ENV, RayBackend
+from llm_assets.compute.testing import ProbeTask, run_probe
 
 pytestmark = pytest.mark.slow
 
@@ -39,7 +40,7 @@ def test_local_ray_is_lean_passes_the_environment_times_out_and_stops_all(monkey
     for name in WORKER_ENV:  # the driver's own values must not be what the workers report
         monkeypatch.delenv(name, raising=False)
     before = {p.pid for p in _descendants()}  # e.g. a resource tracker left by other tests
-    backend = RayBackend(num_cpus=2, task_timeout_s=2.0, max_attempts=1)
+    backend = RayBackend(num_cpus=2, task_timeout_s=2.0, max_attempts=1, work_while_starting=False)
     try:
         names = sorted(WORKER_ENV)
         assert backend.run(os.getenv, names) == [WORKER_ENV[n] for n in names]
@@ -103,7 +104,7 @@ def test_plain_ray_init_fallback_still_gives_workers_their_environment(monkeypat
     monkeypatch.setattr(ray_backend, "_start_lean_node", unavailable)
     for name in WORKER_ENV:
         monkeypatch.delenv(name, raising=False)
-    backend = RayBackend(num_cpus=1)
+    backend = RayBackend(num_cpus=1, work_while_starting=False)
     try:
         names = sorted(WORKER_ENV)
         assert backend.run(os.getenv, names) == [WORKER_ENV[n] for n in names]
@@ -124,10 +125,72 @@ def test_a_local_start_that_fails_midway_leaves_no_process(monkeypatch):
 
     monkeypatch.setattr(ray_backend, "_wait_for_registration", never_registers)
     before = {p.pid for p in _descendants()}
-    backend = RayBackend(num_cpus=1)
+    backend = RayBackend(num_cpus=1, work_while_starting=False)
     with pytest.raises(RuntimeError, match="never registered"):
         backend.run(os.getenv, ["HOME"])
     assert not ray.is_initialized()
     _, alive = psutil.wait_procs([p for p in _descendants() if p.pid not in before], timeout=10)
     assert not alive, f"left running: {[_cmdline(p) for p in alive]}"
     backend.close()
+
+
+def test_shards_run_here_while_ray_starts_then_in_ray_workers(tmp_path):
+    """The default local start: the driver works through shards in order until Ray is up, then
+    Ray runs the rest. A shard that raises here is not retried here but left to Ray."""
+    me = os.getpid()
+    backend = RayBackend(num_cpus=2, max_attempts=2)
+    flaky = ProbeTask("flaky", 0, str(tmp_path), fail_times=1, mode="raise")
+    tasks = [flaky] + [ProbeTask(f"t{i}", i, sleep_s=0.1) for i in range(1, 150)]
+    seen: list[int] = []
+    try:
+        results = backend.run(run_probe, tasks, lambda i, r: seen.append(i))
+        here = backend.shards_run_in_driver
+        later = backend.run(run_probe, [ProbeTask(f"u{i}", i) for i in range(4)])
+    finally:
+        backend.close()
+    assert [r["value"] for r in results] == [i * i for i in range(150)]
+    assert sorted(seen) == list(range(150))
+    pids = [r["pid"] for r in results]
+    assert 0 < here < 149, "Ray took 15 s to start, or no shard ran here"
+    assert pids[1 : here + 1] == [me] * here  # the first shards, in order, here
+    assert me not in pids[here + 1 :]
+    assert pids[0] != me and len(list(tmp_path.glob("flaky.*"))) == 2  # raised here, then Ray
+    assert me not in {r["pid"] for r in later}
+    assert backend.shards_run_in_driver == here
+    assert backend.ready_seconds is not None and backend.ready_seconds > 0.3
+    assert not ray_is_initialized()
+
+
+def test_close_while_ray_is_still_starting_stops_everything():
+    before = {p.pid for p in _descendants()}
+    backend = RayBackend(num_cpus=1)
+    assert backend.run(run_probe, [ProbeTask("quick", 3)]) == [{"value": 9, "pid": os.getpid()}]
+    backend.close()  # Ray is still starting: close waits for it, then stops it
+    assert not ray_is_initialized()
+    _, alive = psutil.wait_procs([p for p in _descendants() if p.pid not in before], timeout=10)
+    assert not alive, f"left running: {[_cmdline(p) for p in alive]}"
+
+
+def test_a_background_start_that_fails_is_raised_by_the_run_waiting_for_it(monkeypatch):
+    from llm_assets.compute import ray_backend
+
+    def never_registers(*args, **kwargs):
+        raise RuntimeError("the raylet never registered")
+
+    monkeypatch.setattr(ray_backend, "_wait_for_registration", never_registers)
+    before = {p.pid for p in _descendants()}
+    backend = RayBackend(num_cpus=1)
+    tasks = [ProbeTask(f"t{i}", i, sleep_s=0.1) for i in range(600)]
+    with pytest.raises(RuntimeError, match="never registered"):
+        backend.run(run_probe, tasks)
+    assert 0 < backend.shards_run_in_driver < 600
+    assert not ray_is_initialized()
+    _, alive = psutil.wait_procs([p for p in _descendants() if p.pid not in before], timeout=10)
+    assert not alive, f"left running: {[_cmdline(p) for p in alive]}"
+    backend.close()
+
+
+def ray_is_initialized() -> bool:
+    import ray
+
+    return ray.is_initialized()
