@@ -55,6 +55,11 @@ from llm_assets.compute.base import (
 RAY_ADDRESS_ENV = "RAY_ADDRESS"
 WORKER_ENV = {"TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1", "RAYON_NUM_THREADS": "1"}
 """Every worker's environment: parallelism comes from Ray, libraries add no threads of their own."""
+BACKGROUND_NICE = 10
+"""How much nicer than the driver a local Ray started in the background runs (the ``nice``
+command's default): its start (~4 CPU-s over seven processes) then takes only the CPU that the
+shards the driver runs meanwhile leave over. It applies to the GCS, the raylet and its agents;
+Ray already runs its workers 15 nicer than the raylet (``worker_niceness``), so they end at 19."""
 
 
 def _call(fn: Callable[[Any], Any], task: Any) -> Any:
@@ -138,6 +143,19 @@ def _start_lean_node(num_cpus: int, object_store_bytes: int) -> Any:
             with contextlib.suppress(Exception):
                 _stop_node(node)
         raise
+
+
+def _lower_this_threads_priority(increment: int) -> None:
+    """Make the calling thread, and every process it starts from now on, ``increment`` nicer.
+
+    On Linux niceness belongs to a thread and a child inherits its creator's. Elsewhere a thread
+    id is not a valid ``setpriority`` target, so this does nothing there (nor when refused).
+    """
+    if sys.platform != "linux":
+        return
+    thread = threading.get_native_id()
+    with contextlib.suppress(OSError):
+        os.setpriority(os.PRIO_PROCESS, thread, os.getpriority(os.PRIO_PROCESS, thread) + increment)
 
 
 def _import_module(name: str) -> int:
@@ -301,6 +319,7 @@ class RayBackend(ComputeBackend):
         self._release.clear()
 
         def start() -> None:
+            _lower_this_threads_priority(BACKGROUND_NICE)
             try:
                 import ray
 

@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 from llm_assets.compute.base import ShardTaskFailed
-from llm_assets.compute.ray_backend import WORKER_ENV, RayBackend
+from llm_assets.compute.ray_backend import BACKGROUND_NICE, WORKER_ENV, RayBackend
 from llm_assets.compute.testing import ProbeTask, run_probe
 
 pytestmark = pytest.mark.slow
@@ -142,10 +142,17 @@ def test_shards_run_here_while_ray_starts_then_in_ray_workers(tmp_path):
     flaky = ProbeTask("flaky", 0, str(tmp_path), fail_times=1, mode="raise")
     tasks = [flaky] + [ProbeTask(f"t{i}", i, sleep_s=0.1) for i in range(1, 150)]
     seen: list[int] = []
+    before = {p.pid for p in _descendants()}
     try:
         results = backend.run(run_probe, tasks, lambda i, r: seen.append(i))
         here = backend.shards_run_in_driver
         later = backend.run(run_probe, [ProbeTask(f"u{i}", i) for i in range(4)])
+        # Ray's processes run nicer than this one (their start must not slow the shards run
+        # here): the daemons by BACKGROUND_NICE, the workers by Ray's own worker_niceness too.
+        started = [p for p in _descendants() if p.pid not in before]
+        nice = {_cmdline(p).split()[0].rsplit("/", 1)[-1]: p.nice() for p in started}
+        assert nice["raylet"] == nice["gcs_server"] == os.nice(0) + BACKGROUND_NICE, nice
+        assert min(nice.values()) >= os.nice(0) + BACKGROUND_NICE, nice
     finally:
         backend.close()
     assert [r["value"] for r in results] == [i * i for i in range(150)]
