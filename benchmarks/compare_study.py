@@ -1,7 +1,8 @@
 """Compare our pipeline with the published study's runners on the same generated rows.
 
 Generates the data (llm_assets.datagen), runs the study's runners and our pipeline (medians of the
-repetitions, a warm-up first), measures the tokenizer-only ceiling, prints a table and the ratios
+repetitions, a warm-up first), measures the tokenizer-only ceiling and the in-memory kernels bound
+(the study's job with our kernels, nothing written), prints a table and the ratios
 against the targets, and writes JSON + Markdown to benchmarks/results/. See benchmarks/README.md.
 """
 
@@ -16,8 +17,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from llm_assets.bench.ceiling import Ceiling, tokenizer_ceiling
-from llm_assets.bench.reference import REFERENCE_RUNNERS
+from llm_assets.bench.ceiling import Ceiling, KernelsBound, kernels_bound, tokenizer_ceiling
+from llm_assets.bench.reference import REFERENCE_RUNNERS, STUDY_MIN_TOKENS
 from llm_assets.bench.report import (
     git_commit,
     machine_info,
@@ -32,6 +33,7 @@ from llm_assets.bench.runner import (
     RunResult,
     Summary,
     ensure_corpus,
+    read_lines,
     read_texts,
     run_benchmark,
     summarize,
@@ -160,6 +162,38 @@ def ceilings_markdown(ceilings: dict[int, Ceiling]) -> str:
     return "\n".join(lines)
 
 
+def where_time_goes_markdown(
+    summaries: list[Summary], ceilings: dict[int, Ceiling], bounds: dict[int, KernelsBound]
+) -> str:
+    """Per size: the tokenizer-only ceiling, the in-memory kernels bound and our fastest backend,
+    each as rows/s and as a share of the ceiling."""
+    lines = [
+        "| rows | tokenizer only rows/s | kernels in memory rows/s (% of ceiling) | "
+        "our fastest rows/s (% of ceiling, % of kernels) |",
+        "|---:|---:|---:|---:|",
+    ]
+    for size in sorted(set(ceilings) | set(bounds)):
+        ceiling, bound = ceilings.get(size), bounds.get(size)
+        best = min(
+            (s for s in summaries if s.runner == OURS and s.size == size),
+            key=lambda s: s.median.seconds,
+            default=None,
+        )
+
+        def share(rate: float | None, of: Any) -> str:
+            return f"{rate / of.rows_per_second * 100:.0f} %" if rate and of else "-"
+
+        bound_rate = bound.rows_per_second if bound else None
+        ours = best.median.rows_per_second if best else None
+        lines.append(
+            f"| {size:,} | {f'{ceiling.rows_per_second:,.0f}' if ceiling else '-'} | "
+            f"{f'{bound_rate:,.0f}' if bound_rate else '-'} ({share(bound_rate, ceiling)}) | "
+            f"{f'{ours:,.0f} {best.backend}' if best else '-'} "
+            f"({share(ours, ceiling)}, {share(ours, bound)}) |"
+        )
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--sizes", default="1000,32000,200000", help="rows, comma-separated")
@@ -210,6 +244,13 @@ def main(argv: list[str] | None = None) -> int:
             log.info(
                 f"tokenizer-only ceiling @{size:,}: {ceilings[size].rows_per_second:,.0f} rows/s"
             )
+    bounds: dict[int, KernelsBound] = {}
+    if not args.no_ceiling:
+        for size in sizes:
+            lines = read_lines(ensure_corpus(args.data_dir, size, args.seed))
+            bounds[size] = kernels_bound(lines, workers, STUDY_MIN_TOKENS)
+            del lines
+            log.info(f"kernels in memory @{size:,}: {bounds[size].rows_per_second:,.0f} rows/s")
     results = run_benchmark(plan, data_dir=args.data_dir, work_dir=out / f"work-{stamp}", log=log)
     summaries = summarize(results)
     machine, commit = machine_info(), git_commit()
@@ -218,6 +259,10 @@ def main(argv: list[str] | None = None) -> int:
     report = markdown_report(summaries, machine=machine, commit=commit)
     report += (
         "\n### Tokenizer-only ceiling (same rows, same cores)\n\n" + ceilings_markdown(ceilings)
+        + "\n\n### Where the time goes: tokenizer, the job's kernels, the materialized pipeline\n\n"
+        + "Kernels in memory: JSON lines already in memory, parsed, normalized, tokenized and "
+        "length-filtered in batches on the same processes, nothing written (no batching).\n\n"
+        + where_time_goes_markdown(summaries, ceilings, bounds)
         + "\n\n### Targets\n\n" + targets_markdown(targets) + "\n\nCharts: "
         + ", ".join(str(p) for p in charts.values()) + "\n"
     )  # fmt: skip
@@ -235,6 +280,7 @@ def main(argv: list[str] | None = None) -> int:
         "summaries": [s.median.as_dict() | {"seconds_all": s.seconds_all} for s in summaries],
         "results": [r.as_dict() for r in results],
         "ceilings": {str(k): c.as_dict() for k, c in ceilings.items()},
+        "kernels_bounds": {str(k): b.as_dict() for k, b in bounds.items()},
         "targets": targets,
     }
     (out / f"compare-{stamp}.json").write_text(json.dumps(payload, indent=2, default=str))

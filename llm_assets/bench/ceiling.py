@@ -11,21 +11,32 @@ timed, with the same tokenizer the pipeline uses, two ways:
 Processes are spawned, the slices handed over and the tokenizer built before the clock starts;
 the time is the slowest worker's. The best of all is the ceiling. No reading, no Parquet, no
 catalog: a pipeline cannot beat this figure.
+
+Beside it, :func:`kernels_bound` times the least work any pipeline of the study's job must do with
+our kernels: parse each JSON line, normalize, tokenize, drop documents under the study's minimum,
+on lines already in memory, in ``workers`` processes, with nothing written. The gap between it
+and the tokenizer-only ceiling is the work the job needs besides the tokenizer; the gap between
+it and our pipeline is what materializing five stages (Parquet, catalog, scheduling) costs.
 """
 
 from __future__ import annotations
 
+import functools
 import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from llm_assets.lib.normalize import NormalizeSpec, normalize_array
 from llm_assets.lib.tokenization import TokenizerSpec
 from llm_assets.tasks import KERNEL_BATCH_ROWS
+
+STUDY_NORMALIZE = "ascii_lower"
 
 
 @dataclass
@@ -101,7 +112,7 @@ def _warm(_: int) -> int:
 
 
 def _processes_seconds(
-    texts: list[str], workers: int, repetitions: int, encode: Callable[[list[str]], float]
+    texts: list[Any], workers: int, repetitions: int, encode: Callable[[list[Any]], float]
 ) -> float:
     import multiprocessing
 
@@ -118,7 +129,7 @@ def _processes_seconds(
 
 def tokenizer_ceiling(texts: Sequence[str], workers: int, repetitions: int = 3) -> Ceiling:
     """Median time to GPT-2-encode the normalized ``texts``, the best way on ``workers`` cores."""
-    normalized = normalize_array(pa.array(list(texts), pa.string()), NormalizeSpec("ascii_lower"))
+    normalized = normalize_array(pa.array(list(texts), pa.string()), NormalizeSpec(STUDY_NORMALIZE))
     prepared = [t for t in normalized.to_pylist() if t]
     _timed(prepared[:1000], workers)  # build the tokenizer and warm its caches
     single = [_timed(prepared, 1) for _ in range(repetitions)]
@@ -148,3 +159,59 @@ def tokenizer_ceiling(texts: Sequence[str], workers: int, repetitions: int = 3) 
         by_words_seconds=by_words,
         by_words_processes_seconds=by_words_processes,
     )
+
+
+@dataclass
+class KernelsBound:
+    """The study's job on in-memory JSON lines with our kernels, nothing written (median)."""
+
+    rows: int
+    rows_kept: int
+    workers: int
+    seconds: float
+    """Slowest of ``workers`` processes, each on its slice of the lines."""
+    single_process_seconds: float
+
+    @property
+    def rows_per_second(self) -> float:
+        return self.rows / max(self.seconds, 1e-9)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain dict with the rate (for JSON reports)."""
+        return {**asdict(self), "rows_per_second": self.rows_per_second}
+
+
+def run_kernels(lines: list[bytes], min_tokens: int) -> tuple[float, int]:
+    """Parse, normalize (``ascii_lower``), tokenize and length-filter ``lines`` in batches of
+    the kernels' size; return the seconds (tokenizer built before the clock) and rows kept."""
+    tok = TokenizerSpec().build()
+    spec = NormalizeSpec(STUDY_NORMALIZE)
+    loads = orjson.loads
+    kept = 0
+    started = time.perf_counter()
+    for offset in range(0, len(lines), KERNEL_BATCH_ROWS):
+        texts = [loads(line).get("text") for line in lines[offset : offset + KERNEL_BATCH_ROWS]]
+        _, counts = tok.encode_arrow(normalize_array(pa.array(texts, pa.string()), spec))
+        kept += pc.sum(pc.greater_equal(counts, min_tokens)).as_py() or 0
+    return time.perf_counter() - started, kept
+
+
+def _run_kernels_seconds(lines: list[bytes], min_tokens: int) -> float:
+    """Worker side of :func:`kernels_bound`: only the time."""
+    return run_kernels(lines, min_tokens)[0]
+
+
+def kernels_bound(
+    lines: Sequence[bytes], workers: int, min_tokens: int, repetitions: int = 3
+) -> KernelsBound:
+    """Median time of :func:`run_kernels` on one process and split over ``workers`` processes
+    (spawned, tokenizer built and slices handed over before the clock; the slowest counts)."""
+    lines = [line for line in lines if line.strip()]
+    run_kernels(lines[:1000], min_tokens)  # build the tokenizer and warm its caches
+    single = [run_kernels(lines, min_tokens) for _ in range(repetitions)]
+    single_seconds = statistics.median(s for s, _ in single)
+    seconds = single_seconds
+    if workers > 1:
+        work = functools.partial(_run_kernels_seconds, min_tokens=min_tokens)
+        seconds = min(seconds, _processes_seconds(lines, workers, repetitions, work))
+    return KernelsBound(len(lines), single[0][1], workers, seconds, single_seconds)

@@ -149,19 +149,19 @@ def ensure_corpus(
     return path
 
 
+def read_lines(path: str | Path) -> list[bytes]:
+    """Every non-blank line of a JSONL (or ``.jsonl.gz``) file, as bytes."""
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rb") as handle:
+        return [line for line in handle if line.strip()]
+
+
 def read_texts(path: str | Path) -> list[str]:
     """The ``text`` of every JSONL record (for the tokenizer-only ceiling)."""
     import orjson
 
-    opener = gzip.open if str(path).endswith(".gz") else open
-    texts = []
-    with opener(path, "rb") as handle:
-        for line in handle:
-            if line.strip():
-                value = orjson.loads(line).get("text")
-                if isinstance(value, str):
-                    texts.append(value)
-    return texts
+    values = (orjson.loads(line).get("text") for line in read_lines(path))
+    return [value for value in values if isinstance(value, str)]
 
 
 # --- our pipeline ---------------------------------------------------------------------------------
