@@ -1,15 +1,26 @@
 """Shared helpers of the kernels: the single-spaced test that tokenization and normalization use to
-skip work on rows that need none."""
+skip work on rows that need none, and ``drop_rows``, where every kernel builds its rejects."""
 
 from __future__ import annotations
 
 import unicodedata
 
 import pyarrow as pa
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llm_assets.lib.schema import single_spaced
+from llm_assets.lib.schema import (
+    DOC_ID,
+    DOCUMENT_SCHEMA,
+    REASON,
+    REJECT_SCHEMA,
+    SAMPLE,
+    STAGE,
+    VALUE,
+    drop_rows,
+    single_spaced,
+)
 
 # Every character Python or Unicode (White_Space, what Rust's regex \s means) calls a space.
 _SPACES = [
@@ -58,3 +69,48 @@ def test_equals_a_plain_python_reference(texts, start):
     assert single_spaced(pa.array(texts, pa.large_string())).tolist() == [
         _reference(t) for t in texts
     ]
+
+
+def _documents(n: int) -> pa.Table:
+    return pa.Table.from_pylist(
+        [
+            {"doc_id": f"d{i}", "source_file": "f.jsonl", "source_line": i + 1, "text": f"text {i}"}
+            for i in range(n)
+        ],
+        schema=DOCUMENT_SCHEMA,
+    )
+
+
+def test_drop_rows_splits_into_kept_and_rejects_with_reasons_in_row_order():
+    table = _documents(5)
+    result = drop_rows(
+        table, [False, True, False, True, False], stage="s", reasons=["a", "b"], values=["1", None]
+    )
+    assert result.kept[DOC_ID].to_pylist() == ["d0", "d2", "d4"]
+    assert result.rejects.schema == REJECT_SCHEMA
+    assert result.rejects[DOC_ID].to_pylist() == ["d1", "d3"]
+    assert result.rejects[STAGE].to_pylist() == ["s", "s"]
+    assert result.rejects[REASON].to_pylist() == ["a", "b"]
+    assert result.rejects[VALUE].to_pylist() == ["1", None]
+    assert result.rejects[SAMPLE].to_pylist() == ["text 1", "text 3"]
+
+
+def test_drop_rows_with_nothing_dropped_returns_every_row_and_no_rejects():
+    table = _documents(4)
+    for mask in ([False] * 4, pa.chunked_array([[False, False], [False, False]]), []):
+        rows = table if len(mask) else table.slice(0, 0)
+        result = drop_rows(rows, mask, stage="s", reasons=[], values=[])
+        assert result.kept.equals(rows)
+        assert result.rejects.num_rows == 0 and result.rejects.schema == REJECT_SCHEMA
+
+
+def test_drop_rows_refuses_a_reason_count_that_does_not_match_and_a_mask_with_nulls():
+    """Bad calls are errors, never rows silently lost (a null mask entry would drop the row from
+    both the kept rows and the rejects)."""
+    table = _documents(3)
+    with pytest.raises(ValueError, match="0 dropped rows but 1 reasons"):
+        drop_rows(table, [False] * 3, stage="s", reasons=["a"], values=[None])
+    with pytest.raises(ValueError, match="1 dropped rows but 2 reasons"):
+        drop_rows(table, [True, False, False], stage="s", reasons=["a", "b"], values=[None, None])
+    with pytest.raises(ValueError, match="nulls"):
+        drop_rows(table, [True, None, False], stage="s", reasons=["a"], values=[None])
