@@ -38,7 +38,7 @@ from llm_assets.bench.runner import (
     run_benchmark,
     summarize,
 )
-from llm_assets.compute.resource import BACKENDS
+from llm_assets.compute.backends import BACKENDS
 from llm_assets.warehouse.catalog import Catalog
 
 REPO = Path(__file__).resolve().parents[1]

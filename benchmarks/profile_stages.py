@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from llm_assets.bench.runner import STARTUP, ensure_corpus, run_pipeline
-from llm_assets.compute.resource import BACKENDS
+from llm_assets.compute.backends import BACKENDS
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS_DIR = REPO / "benchmarks" / "results"

@@ -2,7 +2,7 @@
 
 Our pipeline is driven exactly as the assets drive it: :mod:`llm_assets.stages` ``run_*`` with a
 :class:`~llm_assets.stages.StageContext` on a fresh temporary warehouse and catalog, and a real
-backend from :func:`~llm_assets.compute.resource.make_backend`. Every measured repetition starts
+backend from :func:`~llm_assets.compute.backends.make_backend`. Every measured repetition starts
 from an empty warehouse (no shard is reused) and starts its backend itself: worker spawn or the
 local Ray start is inside the wall time, and also reported on its own as ``startup_seconds``.
 ``seconds`` ends when the last stage is recorded; stopping the workers (``shutdown_seconds``) is
@@ -33,8 +33,8 @@ from typing import Any
 from llm_assets import stages
 from llm_assets.bench.measure import ResourceSampler
 from llm_assets.bench.reference import REFERENCE_RUNNERS, STUDY_MIN_TOKENS, run_reference
+from llm_assets.compute.backends import BACKENDS, make_backend
 from llm_assets.compute.base import Logger
-from llm_assets.compute.resource import BACKENDS, make_backend
 from llm_assets.compute.testing import ProbeTask, run_probe
 from llm_assets.constants import (
     CATALOG_FILE,

@@ -8,73 +8,12 @@ builds the matching :class:`ComputeBackend` lazily, once per run, and closes it 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
 
 import dagster as dg
 from pydantic import PrivateAttr
 
+from llm_assets.compute.backends import BackendName, make_backend
 from llm_assets.compute.base import ComputeBackend, Logger, OnResult, R, T
-
-BackendName = Literal["in_process", "multiprocess", "ray", "auto"]
-BACKENDS: tuple[str, ...] = ("in_process", "multiprocess", "ray")
-AUTO = "auto"
-"""Per stage, the backend that won the latest benchmark at the nearest size (see bench.auto)."""
-
-
-def make_backend(
-    backend: str,
-    *,
-    workers: int = 0,
-    ray_address: str | None = None,
-    ray_work_while_starting: bool = True,
-    max_attempts: int = 3,
-    task_timeout_s: float | None = None,
-    logger: Logger | None = None,
-    benchmark_catalog: str | None = None,
-) -> ComputeBackend:
-    """Build a backend by name (also used outside Dagster: benchmarks and tests)."""
-    common: dict[str, Any] = {
-        "max_attempts": max_attempts,
-        "task_timeout_s": task_timeout_s,
-        "logger": logger,
-    }
-    if backend == "in_process":
-        from llm_assets.compute.in_process import InProcessBackend
-
-        return InProcessBackend(**common)
-    if backend == "multiprocess":
-        from llm_assets.compute.multiprocess_pool import MultiprocessBackend
-
-        return MultiprocessBackend(workers=workers, **common)
-    if backend == "ray":
-        from llm_assets.compute.ray_backend import RayBackend
-
-        return RayBackend(
-            address=ray_address,
-            num_cpus=workers,
-            work_while_starting=ray_work_while_starting,
-            **common,
-        )
-    if backend == AUTO:
-        from llm_assets.bench.auto import AutoBackend
-        from llm_assets.constants import CATALOG_FILE, DEFAULT_WAREHOUSE_DIR
-
-        def make(name: str) -> ComputeBackend:
-            return make_backend(
-                name,
-                workers=workers,
-                ray_address=ray_address,
-                ray_work_while_starting=ray_work_while_starting,
-                max_attempts=max_attempts,
-                task_timeout_s=task_timeout_s,
-                logger=logger,
-            )
-
-        catalog = benchmark_catalog or f"{DEFAULT_WAREHOUSE_DIR}/{CATALOG_FILE}"
-        return AutoBackend(catalog, make=make, **common)
-    raise ValueError(
-        f"unknown compute backend {backend!r}; choose one of {', '.join(BACKENDS)}, {AUTO}"
-    )
 
 
 class ComputeResource(dg.ConfigurableResource):

@@ -10,7 +10,8 @@ import pyarrow.parquet as pq
 from llm_assets.bench.auto import AutoBackend, choose_backend, estimate_rows, latest_winners
 from llm_assets.bench.report import record_results
 from llm_assets.bench.runner import OURS, REFERENCE, RunResult
-from llm_assets.compute.resource import ComputeResource, make_backend
+from llm_assets.compute.backends import make_backend
+from llm_assets.compute.resource import ComputeResource
 from llm_assets.compute.testing import ProbeTask, run_probe
 from llm_assets.warehouse.catalog import Catalog
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from llm_assets.compute.backends import make_backend
 from llm_assets.compute.base import ShardTaskFailed
-from llm_assets.compute.resource import make_backend
 from llm_assets.compute.testing import ProbeTask, run_probe
 
 LOCAL_BACKENDS = ["in_process", "multiprocess"]
@@ -136,7 +136,7 @@ def square(x):
     return x * x
 
 if __name__ == "__main__":
-    from llm_assets.compute.resource import make_backend
+    from llm_assets.compute.backends import make_backend
     from llm_assets.compute.testing import ProbeTask, run_probe
     backend = make_backend("multiprocess", workers=2)
     try:
@@ -148,3 +148,16 @@ if __name__ == "__main__":
     )
     subprocess.run([sys.executable, str(script)], check=True, timeout=120)
     assert len(marker.read_text().split()) == 1
+
+
+def test_driving_the_stages_without_dagster_does_not_import_it():
+    """The benchmark's measured runs and scripts build backends and run stages without Dagster:
+    importing it would add ~40 MB to their driver's memory."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, llm_assets.bench.runner, llm_assets.compute.backends, llm_assets.stages\n"
+        "assert 'dagster' not in sys.modules, sorted(m for m in sys.modules if 'dagster' in m)\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
