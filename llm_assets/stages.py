@@ -92,7 +92,12 @@ from llm_assets.warehouse.shards import (
 )
 
 TOKENIZER_META = "llm_assets.tokenizer."
-DEFAULT_ROWS_PER_SHARD = 10_000
+DEFAULT_ROWS_PER_SHARD = 20_000
+"""Lines per raw shard of a big JSONL file (the unit of work, restart and parallelism). Measured
+on 2 cores against 10,000: multiprocess 5.3-5.6 s instead of 6.0-6.1 s at 200K rows and 24 s
+instead of 29 s at 1M, in_process 7.9-8.2 s instead of 8.4-8.7 s at 200K; the fixed cost of a
+shard (files, fsync, checksum, footer, catalog row, hand-over, memory give-back) is paid half as
+often, for ~25 MB more per worker."""
 RECORD_EVERY_S = 1.0
 """Finished shards are recorded in the catalog in groups, at most this long after they finish (a
 DuckDB commit costs ~20 ms; a shard finished but not yet recorded is still found by its footer)."""
