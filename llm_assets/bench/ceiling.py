@@ -124,6 +124,8 @@ def _processes_seconds(
         pool.map(_warm, range(workers), chunksize=1)
         for _ in range(repetitions):
             times.append(max(pool.map(encode, slices, chunksize=1)))
+        pool.close()  # workers exit on their own: see reference.run_multiprocessing
+        pool.join()
     return statistics.median(times)
 
 

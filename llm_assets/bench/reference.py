@@ -208,6 +208,10 @@ def run_multiprocessing(
         size = study_batch_size(len(lines), workers)
         results = pool.imap(_process_batch, _batches(lines, size))
         written, tokens = _write(output_path, (row for batch in results for row in batch))
+        # Let the workers exit on their own: leaving the block terminates them with SIGTERM,
+        # which a process started with SIGTERM ignored (inherited) never answers.
+        pool.close()
+        pool.join()
     return ReferenceResult(
         "multiprocessing", workers, len(lines), written, tokens, time.perf_counter() - started,
         startup, str(output_path),

@@ -81,3 +81,25 @@ def test_ray_output_equals_single(tiny_input, tmp_path):
 def test_unknown_runner_is_an_error(tiny_input, tmp_path):
     with pytest.raises(ValueError, match="unknown reference runner"):
         reference.run_reference("dask", tiny_input, tmp_path / "x.jsonl")
+
+
+def test_process_pools_finish_when_sigterm_is_ignored(tiny_input, tmp_path):
+    """A driver started with SIGTERM ignored (its spawned workers inherit that) must not hang
+    when the study's pool and the ceiling's pool end: they let their workers exit, they do not
+    terminate them."""
+    import subprocess
+    import sys
+
+    code = f"""
+import signal
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+from llm_assets.bench import reference
+from llm_assets.bench.ceiling import tokenizer_ceiling
+if __name__ == "__main__":
+    result = reference.run_multiprocessing({str(tiny_input)!r}, {str(tmp_path / "m.jsonl")!r}, 2)
+    assert result.rows_in > 0
+    assert tokenizer_ceiling(["a few words here"] * 50, workers=2, repetitions=1).rows == 50
+"""
+    script = tmp_path / "ignored_sigterm.py"
+    script.write_text(code)
+    subprocess.run([sys.executable, str(script)], check=True, timeout=240)
