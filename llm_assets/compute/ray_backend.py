@@ -55,6 +55,15 @@ from llm_assets.compute.base import (
 RAY_ADDRESS_ENV = "RAY_ADDRESS"
 WORKER_ENV = {"TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1", "RAYON_NUM_THREADS": "1"}
 """Every worker's environment: parallelism comes from Ray, libraries add no threads of their own."""
+CONNECT_RETRY = {
+    "raylet_client_connect_timeout_milliseconds": 20,
+    "raylet_client_num_connect_attempts": 500,
+}
+"""Ray settings (``_system_config``) for a local start: Ray's processes connect to sockets that
+may not listen yet (the raylet to its own object store) and retry 1 s apart by default, so a
+start that just misses the first try waits a whole second: one start in two or three on two
+busy cores (ready after 3.1-3.2 s instead of 2.2-2.4 s at 200K rows). Retrying every 20 ms, 500
+times, keeps Ray's 10 s limit."""
 BACKGROUND_NICE = 10
 """How much nicer than the driver a local Ray started in the background runs (the ``nice``
 command's default): its start (~4 CPU-s over seven processes) then takes only the CPU that the
@@ -134,6 +143,7 @@ def _start_lean_node(num_cpus: int, object_store_bytes: int) -> Any:
         dashboard_agent_listen_port=0,
         min_worker_port=0,
         max_worker_port=0,
+        _system_config=dict(CONNECT_RETRY),
     )
     try:
         # spawn_reaper: the daemons die with this process (kernel fate sharing) if it dies unclean.
@@ -397,6 +407,7 @@ class RayBackend(ComputeBackend):
                     object_store_memory=object_store_bytes,
                     include_dashboard=False,
                     logging_level="WARNING",
+                    _system_config=dict(CONNECT_RETRY),
                 )
             return
         self._node = node

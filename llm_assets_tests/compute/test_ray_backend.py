@@ -7,6 +7,8 @@ worker can import them.
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import time
 
@@ -14,7 +16,7 @@ import psutil
 import pytest
 
 from llm_assets.compute.base import ShardTaskFailed
-from llm_assets.compute.ray_backend import BACKGROUND_NICE, WORKER_ENV, RayBackend
+from llm_assets.compute.ray_backend import BACKGROUND_NICE, CONNECT_RETRY, WORKER_ENV, RayBackend
 from llm_assets.compute.testing import ProbeTask, run_probe
 
 pytestmark = pytest.mark.slow
@@ -51,6 +53,11 @@ def test_local_ray_is_lean_passes_the_environment_times_out_and_stops_all(monkey
         commands = [_cmdline(p) for p in started]
         assert not [c for c in commands if any(script in c for script in _LEFT_OUT)]
         assert any("raylet" in c for c in commands)
+        # Ray's own connects retry every 20 ms, not every second: the GCS got the settings (it
+        # hands them to the raylet).
+        (gcs,) = [c for c in commands if "gcs_server" in c.split(" ")[0]]
+        (config,) = [a.split("=", 1)[1] for a in gcs.split(" ") if a.startswith("--config_list=")]
+        assert json.loads(base64.b64decode(config)).items() >= CONNECT_RETRY.items()
         assert all(os.environ.get(n) is None for n in WORKER_ENV), "driver environment changed"
 
         # Four 1.5 s tasks on two CPUs: the two queued behind the first take 3 s from submission,
