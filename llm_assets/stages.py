@@ -55,6 +55,7 @@ from llm_assets.lib.schema import INPUT_IDS
 from llm_assets.lib.tokenization import TokenizerSpec, tokenize_table
 from llm_assets.paths import PathEscapeError, inside
 from llm_assets.tasks import (
+    SCATTER_COLUMNS,
     SCATTER_FORMAT,
     SPLITS,
     DedupApplyTask,
@@ -83,6 +84,7 @@ from llm_assets.warehouse.shards import (
     ROWS_REJECTED,
     STATS,
     completed_input_fingerprint,
+    decoded_column_bytes,
     file_sha256,
     fingerprint,
     read_footer_metadata,
@@ -102,9 +104,10 @@ RECORD_EVERY_S = 1.0
 """Finished shards are recorded in the catalog in groups, at most this long after they finish (a
 DuckDB commit costs ~20 ms; a shard finished but not yet recorded is still found by its footer)."""
 SHUFFLE_BUCKET_BYTES = 8 * 1024 * 1024
-"""Target size of one shuffle bucket (compressed input bytes): bounds the memory of one gather task.
-At 8 MB a gather task peaks ~40 MB above a worker's idle size (16 MB: ~80 MB); n_buckets is part of
-the scatter fingerprint, so changing it never reuses stale buckets."""
+"""Target size of one shuffle bucket: decoded bytes of the columns the shuffle holds
+(:data:`~llm_assets.tasks.SCATTER_COLUMNS`, token ids as Parquet's 32-bit values), which bounds the
+memory of one gather task. At 8 MB a gather task peaks ~40 MB above a worker's idle size (16 MB:
+~80 MB); n_buckets is part of the scatter fingerprint, so changing it never reuses stale buckets."""
 DEDUP_MEMORY_LIMIT = "1GB"
 """DuckDB's memory cap for the global dedup step; past it DuckDB spills to the warehouse."""
 
@@ -755,6 +758,16 @@ def _resolve_duplicates(
 
 
 # --- training_batches -----------------------------------------------------------------------------
+def shuffle_bucket_count(paths: Sequence[str], minimum: int = 1) -> int:
+    """How many shuffle buckets the filtered shards at ``paths`` need: at least ``minimum``, and
+    enough that none holds more than :data:`SHUFFLE_BUCKET_BYTES` of the columns the shuffle reads.
+
+    Counted from the footers' decoded sizes, not the files' sizes: the codec of the shards and
+    their text column (which the shuffle never reads) do not change the bucket count."""
+    total = sum(decoded_column_bytes(path, SCATTER_COLUMNS) for path in paths)
+    return max(minimum, -(-total // SHUFFLE_BUCKET_BYTES))
+
+
 @_catalog_session
 def run_training_batches(
     ctx: StageContext,
@@ -766,8 +779,7 @@ def run_training_batches(
     pack or pad every (split, bucket) into one Parquet file."""
     asset = TRAINING_BATCHES
     upstream = _upstream(ctx, FILTERED_DOCUMENTS)
-    total_bytes = sum(s.bytes for s in upstream)
-    n_buckets = max(spec.shuffle_buckets, -(-total_bytes // SHUFFLE_BUCKET_BYTES))
+    n_buckets = shuffle_bucket_count([s.path for s in upstream], spec.shuffle_buckets)
     config = {**asdict(spec), "compression_level": compression_level}
     stage_fp = fingerprint(asset, STAGE_CODE_VERSIONS[asset], config)
     folder = stage_dir(ctx.warehouse_root, asset, stage_fp)

@@ -325,6 +325,8 @@ SCATTER_FILE = "buckets.arrow"
 """One Arrow IPC file per scattered shard: one record batch per (split, bucket)."""
 SCATTER_FORMAT = "ipc-2"
 """Part of every scatter fingerprint: a folder written in another layout is scattered again."""
+SCATTER_COLUMNS = (DOC_ID, INPUT_IDS, PROMPT_TOKENS, LABEL)
+"""The columns of a filtered shard the shuffle reads and holds (those present); the text stays."""
 
 
 def scatter_key(split: str, bucket: int) -> str:
@@ -370,9 +372,8 @@ def run_scatter(task: ScatterTask) -> dict[str, Any]:
     bucket). The folder is built under a temporary name and renamed into place, so it is either
     complete or absent."""
     started = time.perf_counter()
-    available = pq.read_schema(task.input_path).names
-    optional = [c for c in (PROMPT_TOKENS, LABEL) if c in available]
-    table = pq.read_table(task.input_path, columns=[DOC_ID, INPUT_IDS, *optional])
+    available = set(pq.read_schema(task.input_path).names)
+    table = pq.read_table(task.input_path, columns=[c for c in SCATTER_COLUMNS if c in available])
     doc_ids = table[DOC_ID].to_pylist()
     # The asset's length histogram, summed by the driver: no second read of the corpus for it.
     lengths, documents = np.unique(

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import itertools
+import os
 
+import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llm_assets.stages import StageInputError, line_ranges, list_input_files
+from llm_assets import stages
+from llm_assets.stages import StageInputError, line_ranges, list_input_files, shuffle_bucket_count
+from llm_assets.warehouse.shards import AtomicParquetWriter
 
 
 @pytest.mark.parametrize("rows_per_shard", [1, 2, 3, 7, 100])
@@ -88,3 +92,26 @@ def test_line_ranges_equal_the_obvious_split(
     path = tmp_path_factory.mktemp("ranges") / "f.jsonl"
     path.write_bytes(body)
     assert line_ranges(path, rows_per_shard) == _line_ranges_reference(body, rows_per_shard)
+
+
+def _filtered_shard(path, rows: int, text_chars: int, codec: str) -> str:
+    ids = pa.array([list(range(100))] * rows, pa.list_(pa.uint16()))
+    doc_ids = [f"{i:016x}" for i in range(rows)]
+    table = pa.table({"doc_id": doc_ids, "text": ["x" * text_chars] * rows, "input_ids": ids})
+    writer = AtomicParquetWriter(path, table.schema, compression=codec)
+    writer.write(table)
+    return writer.commit().path
+
+
+def test_shuffle_buckets_follow_the_token_ids_not_the_file_size(tmp_path, monkeypatch):
+    monkeypatch.setattr(stages, "SHUFFLE_BUCKET_BYTES", 1_000_000)
+    # 2 x 5,000 rows x 100 ids = 4 MB of INT32 values + 0.16 MB of ids: 5 buckets of 1 MB.
+    small = [_filtered_shard(tmp_path / f"a{i}.parquet", 5_000, 10, "lz4") for i in range(2)]
+    assert shuffle_bucket_count(small) == 5
+    # The same rows with a 1,000-character text (which the shuffle never reads), uncompressed:
+    # files 10x the size, the same buckets.
+    wide = [_filtered_shard(tmp_path / f"b{i}.parquet", 5_000, 1_000, "none") for i in range(2)]
+    assert sum(map(os.path.getsize, wide)) > 5 * sum(map(os.path.getsize, small))
+    assert shuffle_bucket_count(wide) == 5
+    assert shuffle_bucket_count(wide, minimum=8) == 8
+    assert shuffle_bucket_count(wide[:1]) == 3

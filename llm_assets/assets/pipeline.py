@@ -165,7 +165,9 @@ class BatchesConfig(dg.Config):
     seed: int = Field(0, description="Seed of the shuffle, the split and the batch order")
     validation_fraction: float = Field(0.05, description="Share of documents in validation")
     shuffle_buckets: int = Field(
-        1, description="Minimum shuffle buckets (files per split); more above 16 MB each"
+        1,
+        description="Minimum shuffle buckets (files per split); more when one would hold "
+        "over 8 MB of token ids",
     )
     drop_remainder: bool = Field(False, description="packed: drop the last partial block")
     overflow: Literal["split", "truncate"] = Field(

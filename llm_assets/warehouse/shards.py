@@ -16,7 +16,7 @@ import hashlib
 import json
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -156,6 +156,23 @@ def atomic_parquet_writer(path: str | Path, schema: pa.Schema, **kwargs: Any) ->
         raise
     if writer.tmp_path.exists():
         writer.abort()
+
+
+def decoded_column_bytes(path: str | Path, columns: Iterable[str]) -> int:
+    """Bytes of the top-level ``columns`` of a Parquet file once decompressed (the footer's
+    uncompressed page sizes; no data is read): about what a reader of just those columns holds,
+    whatever the codec and whatever the file's other columns. Dictionary-encoded columns count
+    their encoded size; the warehouse dictionary-encodes only few-valued ones."""
+    wanted = set(columns)
+    meta = pq.read_metadata(path)
+    total = 0
+    for index in range(meta.num_row_groups):
+        group = meta.row_group(index)
+        for column in range(group.num_columns):
+            chunk = group.column(column)
+            if chunk.path_in_schema.split(".", 1)[0] in wanted:
+                total += chunk.total_uncompressed_size
+    return total
 
 
 def read_footer_metadata(path: str | Path) -> dict[str, str]:

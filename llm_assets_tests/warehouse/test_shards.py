@@ -12,6 +12,7 @@ from llm_assets.warehouse.shards import (
     AtomicParquetWriter,
     atomic_parquet_writer,
     completed_input_fingerprint,
+    decoded_column_bytes,
     file_sha256,
     fingerprint,
     read_footer_metadata,
@@ -74,3 +75,27 @@ def test_unreadable_file_is_not_complete(tmp_path):
     path = tmp_path / "part-bad.parquet"
     path.write_bytes(b"not parquet")
     assert completed_input_fingerprint(path) is None
+
+
+@pytest.mark.parametrize("codec", ["none", "lz4", "zstd"])
+def test_decoded_column_bytes_count_only_the_named_columns_whatever_the_codec(tmp_path, codec):
+    ids = pa.array([[i % 7] * 40 for i in range(2_000)], pa.list_(pa.uint16()))
+    table = pa.table({"ids": ids, "text": ["the same words again " * 20] * 2_000})
+
+    def write(name: str, compression: str) -> str:
+        writer = AtomicParquetWriter(
+            tmp_path / name, table.schema, compression=compression, row_group_rows=500
+        )
+        writer.write(table)  # 4 row groups
+        return writer.commit().path
+
+    path = write(f"{codec}.parquet", codec)
+    ids_bytes = decoded_column_bytes(path, ["ids"])
+    # 80,000 values stored as Parquet INT32, plus the list levels: at least 320,000 bytes.
+    assert 320_000 <= ids_bytes < 420_000
+    # The same as uncompressed, to within the page headers' few bytes.
+    plain = decoded_column_bytes(write("plain.parquet", "none"), ["ids"])
+    assert ids_bytes == pytest.approx(plain, rel=0.001)
+    both = decoded_column_bytes(path, ["ids", "text"])
+    assert both - ids_bytes > 2_000 * 400  # the text column, decoded
+    assert decoded_column_bytes(path, ["missing"]) == 0
