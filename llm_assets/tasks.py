@@ -333,6 +333,7 @@ SCATTER_FILE = "buckets.arrow"
 """One Arrow IPC file per scattered shard: one record batch per (split, bucket)."""
 SCATTER_FORMAT = "ipc-2"
 """Part of every scatter fingerprint: a folder written in another layout is scattered again."""
+_IPC_READ = pa.ipc.IpcReadOptions(use_threads=READ_THREADS)
 SCATTER_COLUMNS = (DOC_ID, INPUT_IDS, PROMPT_TOKENS, LABEL)
 """The columns of a filtered shard the shuffle reads and holds (those present); the text stays."""
 
@@ -371,7 +372,8 @@ def read_scatter_bucket(scatter_dirs: Iterable[str], split: str, bucket: int) ->
             continue
         with pa.memory_map(str(Path(directory) / SCATTER_FILE)) as source:
             # Decompressed into memory: nothing keeps the mapping alive after the file is closed.
-            batches.append(pa.ipc.open_file(source).get_batch(index))
+            reader = pa.ipc.open_file(source, options=_IPC_READ)
+            batches.append(reader.get_batch(index))
     return pa.Table.from_batches(batches) if batches else None
 
 
@@ -382,7 +384,8 @@ def run_scatter(task: ScatterTask) -> dict[str, Any]:
     started = time.perf_counter()
     available = set(pq.read_schema(task.input_path).names)
     columns = [c for c in SCATTER_COLUMNS if c in available]
-    table = pq.read_table(task.input_path, columns=columns, use_threads=READ_THREADS)
+    with pq.ParquetFile(task.input_path) as source:
+        table = source.read(columns=columns, use_threads=READ_THREADS)
     doc_ids = table[DOC_ID].to_pylist()
     # The asset's length histogram, summed by the driver: no second read of the corpus for it.
     lengths, documents = np.unique(
@@ -401,7 +404,7 @@ def run_scatter(task: ScatterTask) -> dict[str, Any]:
     counts: dict[str, int] = {}
     batches: dict[str, int] = {}
     try:
-        options = pa.ipc.IpcWriteOptions(compression="lz4")
+        options = pa.ipc.IpcWriteOptions(compression="lz4", use_threads=READ_THREADS)
         with pa.ipc.new_file(str(tmp / SCATTER_FILE), keyed.schema, options=options) as writer:
             for index, (group, start, size) in enumerate(zip(present, starts, sizes, strict=True)):
                 key = scatter_key(SPLITS[int(group) // task.n_buckets], int(group) % task.n_buckets)
