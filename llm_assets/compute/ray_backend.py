@@ -48,7 +48,6 @@ from llm_assets.compute.base import (
     ShardTaskFailed,
     T,
     describe_error,
-    give_back_memory,
     task_key,
 )
 
@@ -74,13 +73,15 @@ Ray already runs its workers 15 nicer than the raylet (``worker_niceness``), so 
 def _call(fn: Callable[[Any], Any], task: Any) -> Any:
     """The remote function: one shard task in a Ray worker.
 
-    A worker lives for the whole run: after each shard it hands the memory the shard freed back to
-    the OS (Arrow's pool and glibc keep it otherwise), as the multiprocess workers do.
+    Unlike a multiprocess worker, a Ray worker keeps the memory a shard freed (Arrow's pool and
+    glibc hold it) for the next shard instead of handing it back to the OS after each one: the
+    next shard then reuses those pages instead of faulting in fresh zeroed ones. Ray's memory
+    budget has the room (peak 920-980 MB over all processes at 200K-1M rows on 2 cores, target
+    1.5 GB, against 860-880 MB with the give-back); the multiprocess backend's 600 MB does not.
+    Still bounded: a worker's heap is its largest shard's, whatever the corpus size. 200K rows,
+    alternating: 6.64-7.09 s instead of 7.14-7.62 s (4 pairs, each faster); 1M: 25.4 s, 26.7 s.
     """
-    try:
-        return fn(task)
-    finally:
-        give_back_memory()
+    return fn(task)
 
 
 @contextlib.contextmanager
