@@ -9,7 +9,6 @@ output exists with the expected input fingerprint in its footer is done.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
@@ -17,7 +16,6 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,7 +25,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from llm_assets.compute.base import spare_core
 from llm_assets.lib.batching import (
     LENGTH_BUCKET,
     BatchSpec,
@@ -94,42 +91,6 @@ class ShardStats:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-class _WriteBehind:
-    """Writes tables into Parquet writers on a second thread, one write at a time, so the task
-    computes its next batch meanwhile (Parquet encoding and compression release the GIL). Only
-    where a core is spare (:func:`~llm_assets.compute.base.spare_core`); otherwise it writes at
-    once, in the caller's thread. A write's error is raised by the next :meth:`write` or by
-    :meth:`wait`. One batch waits in memory at most."""
-
-    def __init__(self, enabled: bool) -> None:
-        self._pool = (
-            ThreadPoolExecutor(1, thread_name_prefix="llm-assets-write") if enabled else None
-        )
-        self._pending: Future[None] | None = None
-
-    def write(self, writer: AtomicParquetWriter, table: pa.Table) -> None:
-        if self._pool is None:
-            writer.write(table)
-            return
-        self.wait()
-        self._pending = self._pool.submit(writer.write, table)
-
-    def wait(self) -> None:
-        """Return once the write under way (if any) is done; raise its error."""
-        pending, self._pending = self._pending, None
-        if pending is not None:
-            pending.result()
-
-    def close(self) -> None:
-        """Let the write under way finish, whatever it raises (the caller is already handling an
-        error, or has waited), and stop the thread: no write may run on a writer being aborted."""
-        with contextlib.suppress(Exception):
-            self.wait()
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None
-
-
 def _write_shard(
     results: Iterable[StageResult],
     *,
@@ -144,13 +105,11 @@ def _write_shard(
 
     A shard without rejects gets no rejects file (``rejects_path`` None): most shards of most
     stages reject nothing, and an empty file cost a Parquet write, an fsync and a checksum each.
-    A rejects file an earlier, killed attempt left at that path is removed, so none outlives it.
-    With a spare core the output is written behind the kernel (:class:`_WriteBehind`)."""
+    A rejects file an earlier, killed attempt left at that path is removed, so none outlives it."""
     started = time.perf_counter()
     out: AtomicParquetWriter | None = None
     rejects: AtomicParquetWriter | None = None
     reasons: Counter[str] = Counter()
-    behind = _WriteBehind(spare_core())
     try:
         for result in results:
             if out is None:
@@ -160,13 +119,12 @@ def _write_shard(
                     metadata=metadata,
                     compression=INTERMEDIATE_COMPRESSION,
                 )
-            behind.write(out, result.kept)
+            out.write(result.kept)
             if result.rejects.num_rows:
                 if rejects is None:
                     rejects = AtomicParquetWriter(rejects_path, REJECT_SCHEMA)
                 rejects.write(result.rejects)
                 reasons.update(result.rejects[REASON].to_pylist())
-        behind.wait()
         if out is None:
             out = AtomicParquetWriter(
                 output_path,
@@ -189,14 +147,11 @@ def _write_shard(
             }
         )
     except BaseException:
-        behind.close()
         if rejects is not None:
             rejects.abort()
         if out is not None:
             out.abort()
         raise
-    finally:
-        behind.close()
     return ShardStats(
         shard=key,
         path=written.path,

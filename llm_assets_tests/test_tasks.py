@@ -1,32 +1,17 @@
-"""Worker-side tasks on real Parquet: the scatter/gather protocol of ``training_batches``, rejects
-files, and writing behind the kernel under the in-process backend."""
+"""Worker-side tasks on real Parquet: the scatter/gather protocol of ``training_batches``."""
 
 from __future__ import annotations
 
-import dataclasses
-import threading
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-import pytest
 
-from llm_assets.compute.base import ShardTaskFailed, only_task_running, spare_core
-from llm_assets.compute.in_process import InProcessBackend
 from llm_assets.lib.batching import BatchSpec, assign_buckets, assign_splits, shuffle_keys
 from llm_assets.lib.filters import LengthFilterSpec, filter_length
-from llm_assets.lib.schema import (
-    DOC_ID,
-    INPUT_IDS,
-    N_TOKENS,
-    SOURCE_FILE,
-    SOURCE_LINE,
-    TEXT,
-    StageResult,
-    empty_rejects,
-)
+from llm_assets.lib.schema import DOC_ID, INPUT_IDS, N_TOKENS, SOURCE_FILE, SOURCE_LINE, TEXT
 from llm_assets.tasks import (
     SCATTER_FILE,
     SCATTER_MANIFEST,
@@ -39,7 +24,6 @@ from llm_assets.tasks import (
     run_scatter,
     scatter_done,
 )
-from llm_assets.warehouse.shards import AtomicParquetWriter
 
 SPEC = BatchSpec(seed=3, validation_fraction=0.2)
 N_BUCKETS = 5
@@ -153,80 +137,3 @@ def test_a_shard_without_rejects_writes_no_rejects_file_and_removes_a_stale_one(
     assert not Path(clean.rejects_path).exists()
     assert pq.read_table(clean.output_path).num_rows == 3
     assert not list((tmp_path / "out").rglob("*.tmp-*"))
-
-
-def _two_cores(monkeypatch) -> None:
-    """Let the test machine look like two cores, whatever it has (CI has two)."""
-    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1}, raising=False)
-
-
-def test_spare_core_only_for_the_only_task_on_more_than_one_core(monkeypatch):
-    assert not spare_core()
-    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0}, raising=False)
-    with only_task_running():
-        assert not spare_core()  # one core: nothing to write behind with
-    _two_cores(monkeypatch)
-    with only_task_running():
-        assert spare_core()
-    assert not spare_core()
-
-
-def test_in_process_writes_behind_the_kernel_on_a_second_thread_and_the_same_bytes(
-    tmp_path, monkeypatch
-):
-    """Under the in-process backend a shard's output is written on a second thread while the
-    kernel computes the next batch; the file is byte for byte the one written in line."""
-    task = _length_task(tmp_path, [12, 3, 40, 9, 10, 11, 25])  # 4 batches of 2 rows
-    inline = run_map(task)
-    inline_bytes = Path(inline.path).read_bytes()
-    _two_cores(monkeypatch)
-    threads: list[tuple[str, str]] = []
-    write = AtomicParquetWriter.write
-
-    def spy(self, table):
-        threads.append((Path(self.path).parent.name, threading.current_thread().name))
-        write(self, table)
-
-    monkeypatch.setattr(AtomicParquetWriter, "write", spy)
-    (behind,) = InProcessBackend().run(run_map, [task])
-    assert Path(behind.path).read_bytes() == inline_bytes
-    assert behind.checksum == inline.checksum
-    assert (behind.rows_in, behind.rows_out, behind.rows_rejected) == (7, 5, 2)
-    out_threads = {name for folder, name in threads if folder == "out"}
-    assert len([t for t in threads if t[0] == "out"]) == 4
-    assert all(name.startswith("llm-assets-write") for name in out_threads)
-    assert {name for folder, name in threads if folder == "rejects"} == {"MainThread"}
-
-
-def _breaks_on(doc_id: str, how: str):
-    """A length-filter kernel that fails on the batch holding ``doc_id``: it raises itself
-    (``how="kernel"``), or returns a batch the output file cannot take, whose write then fails
-    on the writer's thread (``how="write"``: token counts that are not numbers)."""
-
-    def kernel(table: pa.Table, spec: LengthFilterSpec) -> StageResult:
-        if doc_id not in table[DOC_ID].to_pylist():
-            return filter_length(table, spec)
-        if how == "kernel":
-            raise RuntimeError(f"kernel failed on {doc_id}")
-        bad = table.set_column(
-            table.schema.get_field_index(N_TOKENS), N_TOKENS, pa.array(["many"] * len(table))
-        )
-        return StageResult(bad, empty_rejects())
-
-    return kernel
-
-
-def test_a_failure_while_a_write_is_behind_leaves_no_file_and_names_its_cause(
-    tmp_path, monkeypatch
-):
-    """A kernel that raises while the previous batch is still being written, or a batch whose
-    write fails on the writer's thread: the task fails with that cause, and neither output nor
-    temporary files remain (the write under way finishes before the writer is aborted)."""
-    _two_cores(monkeypatch)
-    for how, cause in [("kernel", "kernel failed on d4"), ("write", "many")]:
-        task = dataclasses.replace(
-            _length_task(tmp_path, [12, 30, 40, 9, 10, 11, 25]), kernel=_breaks_on("d4", how)
-        )
-        with pytest.raises(ShardTaskFailed, match=cause):
-            InProcessBackend(max_attempts=1).run(run_map, [task])
-        assert not [p for p in (tmp_path / "out").rglob("*") if p.is_file()]

@@ -8,17 +8,14 @@ single process.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import ctypes.util
 import functools
 import logging
-import os
 import sys
 import traceback
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Sequence
-from contextvars import ContextVar
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
 T = TypeVar("T")
@@ -115,30 +112,6 @@ class ComputeBackend(ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-_SPARE_CORE: ContextVar[bool] = ContextVar("llm_assets_spare_core", default=False)
-
-
-def spare_core() -> bool:
-    """Whether the task running here has a core beside its own that nothing else uses: true only
-    inside :func:`only_task_running` on a machine with more than one core. A task may then write
-    its output on a second thread while it computes the next batch (``tasks._write_shard``)."""
-    return _SPARE_CORE.get()
-
-
-@contextlib.contextmanager
-def only_task_running() -> Iterator[None]:
-    """Mark the tasks run in this block (in this thread) as the process's only work, one at a
-    time: what the in-process backend does. Backends that run a task per core leave it unset:
-    there a second thread per task only contends (200K rows on 2 cores, alternating: multiprocess
-    5.29-5.51 s with it against 5.15-5.29 s, Ray 6.63-6.84 s against 6.53-6.63 s)."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    token = _SPARE_CORE.set((cores or 1) > 1)
-    try:
-        yield
-    finally:
-        _SPARE_CORE.reset(token)
 
 
 @functools.cache

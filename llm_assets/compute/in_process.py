@@ -11,7 +11,6 @@ from llm_assets.compute.base import (
     ShardTaskFailed,
     T,
     describe_error,
-    only_task_running,
     task_key,
 )
 
@@ -20,10 +19,7 @@ class InProcessBackend(ComputeBackend):
     """No workers, no start-up cost: the fastest choice for small inputs and for debugging.
 
     A task that raises is retried up to ``max_attempts`` times (an I/O hiccup can pass); timeouts
-    cannot be enforced without a second process and are ignored here. Tasks run one at a time,
-    so on a machine with a second core a task writes its output on a second thread while it
-    computes its next batch (:func:`~llm_assets.compute.base.only_task_running`): 200K rows of
-    the study's job in 6.74-6.76 s instead of 7.73-7.86 s on 2 cores, the same CPU time.
+    cannot be enforced without a second process and are ignored here.
     """
 
     name = "in_process"
@@ -38,8 +34,7 @@ class InProcessBackend(ComputeBackend):
         for index, task in enumerate(tasks):
             for attempt in range(1, self.max_attempts + 1):
                 try:
-                    with only_task_running():
-                        result = fn(task)
+                    result = fn(task)
                     break
                 except Exception as exc:
                     if attempt == self.max_attempts:
