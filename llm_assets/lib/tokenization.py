@@ -36,7 +36,6 @@ from typing import Literal, Protocol
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from llm_assets.lib.schema import (
     INPUT_IDS,
@@ -405,8 +404,9 @@ def _lists(flat: np.ndarray, counts: np.ndarray, dtype: pa.DataType) -> pa.Array
 
 def _encode_by_words(tok: Tokenizer, texts: pa.StringArray) -> tuple[pa.Array, pa.Array]:
     """:meth:`Tokenizer.encode_arrow` for tokenizers whose ids split at single spaces: each
-    distinct word (with or without its leading space) of the batch is encoded once and the rows
-    are assembled with an Arrow take. Rows with any other whitespace are encoded whole."""
+    distinct piece of the batch (a word, with its leading space unless it starts the row) is
+    encoded once and the rows are gathered from those ids. Rows with any other whitespace are
+    encoded whole."""
     dtype = token_dtype(tok.vocab_size)
     if len(texts) == 0:
         return _lists(np.zeros(0, dtype.to_pandas_dtype()), np.zeros(0, np.int32), dtype), pa.array(
@@ -423,30 +423,53 @@ def _encode_by_words(tok: Tokenizer, texts: pa.StringArray) -> tuple[pa.Array, p
         order = pa.array(np.argsort(np.concatenate([fast_rows, whole_rows]), kind="stable"))
         lists = pa.concat_arrays([fast[0], rest[0]]).take(order)
         return lists, pa.concat_arrays([fast[1], rest[1]]).take(order)
-    words = pc.split_pattern(texts, " ")
-    word_offsets = np.asarray(words.offsets, dtype=np.int64)
-    encoded = words.flatten().dictionary_encode()
-    # A piece is a distinct word, with its leading space unless it starts the row: 2 * word + 1.
-    keys = encoded.indices.to_numpy().astype(np.int64) * 2 + 1
-    keys[word_offsets[:-1]] -= 1
-    present = np.bincount(keys, minlength=2 * len(encoded.dictionary)) > 0
-    used = np.flatnonzero(present)
-    dense = np.cumsum(present) - 1
-    dictionary = encoded.dictionary.to_pylist()
-    pieces = [(" " if key & 1 else "") + dictionary[key >> 1] for key in used.tolist()]
-    piece_ids = tok.encode_batch(pieces)
-    piece_counts = np.fromiter(map(len, piece_ids), dtype=np.int32, count=len(piece_ids))
+    pieces, first_piece = _space_pieces(texts)
+    encoded = pieces.dictionary_encode()
+    piece_ids = tok.encode_batch(encoded.dictionary.to_pylist())
+    piece_counts = np.fromiter(map(len, piece_ids), dtype=np.int64, count=len(piece_ids))
     flat_ids = np.fromiter(
         itertools.chain.from_iterable(piece_ids),
         dtype=dtype.to_pandas_dtype(),
         count=int(piece_counts.sum()),
     )
-    word_pieces = pa.array(dense[keys])
-    ids = _lists(flat_ids, piece_counts, dtype).take(word_pieces).flatten()
-    word_counts = piece_counts[dense[keys]]
-    # every row has at least one word (split of "" is [""]), so reduceat sees no empty segment
-    counts = np.add.reduceat(word_counts, word_offsets[:-1]).astype(np.int32)
-    return _lists_from(ids, counts), pa.array(counts, pa.int32())
+    piece_starts = np.zeros(len(piece_counts) + 1, dtype=np.int64)
+    np.cumsum(piece_counts, out=piece_starts[1:])
+    # Every piece of the batch, in order, replaced by its distinct piece's ids: a gather of
+    # flat_ids (each occurrence's run of ids is its piece's run, shifted to its output place).
+    which = encoded.indices.to_numpy()
+    counts = piece_counts[which]
+    ends = np.zeros(len(which) + 1, dtype=np.int64)
+    np.cumsum(counts, out=ends[1:])
+    gather = np.repeat(piece_starts[which] - ends[:-1], counts)
+    gather += np.arange(int(ends[-1]), dtype=np.int64)
+    row_counts = (ends[first_piece[1:]] - ends[first_piece[:-1]]).astype(np.int32)
+    return _lists(flat_ids[gather], row_counts, dtype), pa.array(row_counts, pa.int32())
+
+
+def _space_pieces(texts: pa.StringArray) -> tuple[pa.Array, np.ndarray]:
+    """The pieces GPT-2's pre-tokenizer starts at single spaces, for rows of
+    :func:`single_spaced` text: each row's first word, then every later word with its leading
+    space. Returned as one string array over ``texts``' own bytes (no copy: new offsets only),
+    with each row's first piece index (``len(texts) + 1`` entries; an empty row has none)."""
+    wide = pa.types.is_large_string(texts.type)
+    offset_type = np.int64 if wide else np.int32
+    offsets = np.frombuffer(texts.buffers()[1], dtype=offset_type)
+    offsets = offsets[texts.offset : texts.offset + len(texts) + 1].astype(np.int64)
+    base = int(offsets[0])
+    relative = offsets - base
+    size = int(relative[-1])
+    data = np.frombuffer(texts.buffers()[2] or b"", dtype=np.uint8)[base : base + size]
+    # A piece starts at every space and at every row's start; the batch's end closes the last.
+    starts = np.empty(size + 1, dtype=bool)
+    np.equal(data, 0x20, out=starts[:size])
+    starts[relative[:-1]] = True
+    starts[size] = True
+    bounds = np.flatnonzero(starts)
+    piece_offsets = pa.py_buffer((bounds + base).astype(offset_type))
+    pieces = pa.Array.from_buffers(
+        texts.type, len(bounds) - 1, [None, piece_offsets, texts.buffers()[2]]
+    )
+    return pieces, np.searchsorted(bounds, relative)
 
 
 def _lists_from(values: pa.Array, counts: np.ndarray) -> pa.Array:

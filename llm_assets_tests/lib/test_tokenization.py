@@ -161,6 +161,10 @@ def test_arrow_encoding_by_distinct_words_equals_row_by_row_encoding():
     _arrow_equals_rows(pa.array(TRICKY))
     _arrow_equals_rows(pa.array(TRICKY[2:6]))  # only rows that need the whole-row path
     _arrow_equals_rows(pa.array(["x y", "y x", "x"]))  # only the word path
+    _arrow_equals_rows(pa.array(["", "x y", "", "", "z", ""]))  # empty rows have no pieces
+    _arrow_equals_rows(pa.array(["", ""]))  # nothing to encode at all
+    _arrow_equals_rows(pa.array(["skip me", "a b", "", "c d e"]).slice(1))  # word path, offset
+    _arrow_equals_rows(pa.array(["a b", "", "c"], pa.large_string()).slice(1))
     _arrow_equals_rows(pa.array([], pa.string()))
     _arrow_equals_rows(pa.array([*TRICKY, None]))  # a null row encodes as empty
     _arrow_equals_rows(pa.array(TRICKY).slice(3, 9))  # offsets not starting at zero
