@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import time
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -11,8 +13,17 @@ import pyarrow.parquet as pq
 
 from llm_assets.lib.batching import BatchSpec, assign_buckets, assign_splits, shuffle_keys
 from llm_assets.lib.filters import LengthFilterSpec, filter_length
-from llm_assets.lib.schema import DOC_ID, INPUT_IDS, N_TOKENS, SOURCE_FILE, SOURCE_LINE, TEXT
+from llm_assets.lib.schema import (
+    DOC_ID,
+    INPUT_IDS,
+    N_TOKENS,
+    SOURCE_FILE,
+    SOURCE_LINE,
+    TEXT,
+    StageResult,
+)
 from llm_assets.tasks import (
+    PARTS,
     SCATTER_FILE,
     SCATTER_MANIFEST,
     SPLITS,
@@ -50,7 +61,8 @@ def test_scatter_writes_one_file_per_shard_and_every_bucket_reads_back_whole(tmp
         out = tmp_path / "scatter" / f"s{shard}"
         task = ScatterTask(f"s{shard}", str(source), str(out), f"fp{shard}", SPEC, N_BUCKETS)
         assert not scatter_done(out, f"fp{shard}")
-        run_scatter(task)
+        parts = run_scatter(task)["parts"]
+        assert list(parts) == list(PARTS) and all(v > 0 for v in parts.values())
         assert scatter_done(out, f"fp{shard}") and not scatter_done(out, "other input")
         # One data file per shard, whatever the number of buckets (no temporary folder left).
         assert sorted(p.name for p in out.iterdir()) == sorted([SCATTER_FILE, SCATTER_MANIFEST])
@@ -137,3 +149,20 @@ def test_a_shard_without_rejects_writes_no_rejects_file_and_removes_a_stale_one(
     assert not Path(clean.rejects_path).exists()
     assert pq.read_table(clean.output_path).num_rows == 3
     assert not list((tmp_path / "out").rglob("*.tmp-*"))
+
+
+def _slow_length_filter(table: pa.Table, spec: LengthFilterSpec) -> StageResult:
+    time.sleep(0.05)
+    return filter_length(table, spec)
+
+
+def test_a_task_splits_its_time_into_read_compute_write_and_commit(tmp_path):
+    """The kernel's time is compute, not read: the batches' reads are timed on their own, inside
+    the pulls that also run the kernel. The parts happen in turn, within the task's time."""
+    task = replace(_length_task(tmp_path, [12, 3, 40, 9, 10]), kernel=_slow_length_filter)
+    stats = run_map(task)  # 3 batches of at most 2 rows
+    assert list(stats.parts) == list(PARTS)
+    assert stats.parts["compute"] >= 0.15
+    assert 0 < stats.parts["read"] < 0.1
+    assert stats.parts["write"] > 0 and stats.parts["commit"] > 0
+    assert sum(stats.parts.values()) <= stats.seconds

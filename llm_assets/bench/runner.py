@@ -93,6 +93,9 @@ class RunResult:
     startup_seconds: float
     shutdown_seconds: float = 0.0
     stage_seconds: dict[str, float] = field(default_factory=dict)
+    stage_parts: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Per stage, its shard tasks' seconds per part (read, compute, write, commit), summed over
+    shards and processes (:data:`llm_assets.stages.SECONDS_BY_PART`)."""
     cpu_seconds: float = 0.0
     peak_total_pss_mb: float = 0.0
     peak_driver_rss_mb: float = 0.0
@@ -210,9 +213,8 @@ def run_pipeline(
             ctx, input_dir, IngestSpec(), rows_per_shard=workload.rows_per_shard
         )
         stage_seconds[RAW_DOCUMENTS] = raw.seconds
-        stage_seconds[NORMALIZED_DOCUMENTS] = stages.run_normalized_documents(
-            ctx, workload.normalize
-        ).seconds
+        normalized = stages.run_normalized_documents(ctx, workload.normalize)
+        stage_seconds[NORMALIZED_DOCUMENTS] = normalized.seconds
         tokenized = stages.run_tokenized_documents(ctx, workload.tokenizer)
         stage_seconds[TOKENIZED_DOCUMENTS] = tokenized.seconds
         filtered = stages.run_filtered_documents(ctx, workload.filter)
@@ -220,6 +222,10 @@ def run_pipeline(
         batches = stages.run_training_batches(ctx, workload.batches)
         stage_seconds[TRAINING_BATCHES] = batches.seconds
         stage_seconds[f"{TRAINING_BATCHES}.scatter"] = float(batches.extra["scatter_seconds"])
+        stage_parts = {
+            report.asset: dict(report.extra[stages.SECONDS_BY_PART])
+            for report in (raw, normalized, tokenized, filtered, batches)
+        }
         seconds = time.perf_counter() - started
     finally:
         closing = time.perf_counter()
@@ -247,6 +253,7 @@ def run_pipeline(
         startup_seconds=startup,
         shutdown_seconds=shutdown,
         stage_seconds=stage_seconds,
+        stage_parts=stage_parts,
         cpu_seconds=measured.cpu_seconds,
         peak_total_pss_mb=measured.peak_total_pss_mb,
         peak_driver_rss_mb=measured.peak_driver_rss_mb,

@@ -4,6 +4,7 @@ bad input, the checks, and the SQL views a user queries."""
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 from pathlib import Path
 
@@ -100,6 +101,29 @@ def test_materialize_all_succeeds_and_checks_pass(in_process_run):
     assert meta["training_batches"]["length_histogram"].value == length_histogram(lengths, 256)
 
 
+def test_every_asset_says_where_its_time_went(in_process_run):
+    """seconds_by_part: the shard tasks' read / compute / write / commit seconds, in the
+    materialization's metadata and in the catalog's record of it."""
+    base, result = in_process_run
+    catalog = WarehouseResource(root=str(base / "warehouse")).catalog()
+    for asset, meta in materializations(result).items():
+        parts = meta["seconds_by_part"].value
+        assert list(parts) == ["read", "compute", "write", "commit"], asset
+        assert all(v > 0 for k, v in parts.items() if k != "read" or asset != RAW_DOCUMENTS), asset
+        # In one process the parts happen one after another inside the stage's wall time.
+        assert sum(parts.values()) <= meta["seconds"].value + 0.01, asset
+        (recorded,) = catalog.query(
+            "SELECT extra->>'$.seconds_by_part' FROM materializations WHERE materialization_id = ?",
+            [f"{result.run_id}:{asset}"],
+        )
+        assert json.loads(recorded[0]) == parts
+    # Ingest reads no Parquet: reading and parsing the input files is its compute.
+    assert materializations(result)[RAW_DOCUMENTS]["seconds_by_part"].value["read"] == 0
+    # training_batches' seconds cover both phases, the scatter included.
+    batches = materializations(result)[TRAINING_BATCHES]
+    assert batches["seconds"].value > batches["scatter_seconds"].value > 0
+
+
 def test_counts_reconcile_across_the_chain_in_sql(in_process_run):
     base, _ = in_process_run
     catalog = WarehouseResource(root=str(base / "warehouse")).catalog()
@@ -165,6 +189,8 @@ def test_rerun_with_unchanged_input_reuses_every_shard(in_process_run):
     for asset, meta in materializations(result).items():
         assert meta["shards_computed"].value == 0, asset
         assert meta["shards_reused"].value == meta["shards"].value
+        if asset != TRAINING_BATCHES:  # its scatter phase is reused as a whole, without tasks
+            assert set(meta["seconds_by_part"].value.values()) == {0}, asset
     assert output_checksums(base / "warehouse") == before
 
 

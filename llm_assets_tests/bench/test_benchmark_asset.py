@@ -59,6 +59,13 @@ def test_benchmark_report_records_rows_and_markdown(tmp_path):
     assert "| 1,000 | multiprocess |" in report
     assert "re-measured here" in report and "| 32,432 | Ray, 4 actors |" in report
     assert "Recommendation" in report
+    assert "### Where each stage's time goes" in report
+    assert "| 1,000 | multiprocess | tokenized_documents |" in report
+    parts = catalog.query(
+        f"SELECT DISTINCT json_keys(stage_parts->'$.filtered_documents') FROM {RESULTS_TABLE} "
+        "WHERE runner = 'ours'"
+    )
+    assert parts == [(["commit", "compute", "read", "write"],)]  # stored with sorted keys
     assert metadata["throughput_chart"].value.startswith("![")
     assert "data:image/png;base64," in metadata["memory_chart"].value
     assert metadata["rows_recorded"].value == 8
