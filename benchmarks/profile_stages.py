@@ -1,5 +1,6 @@
-"""Where our pipeline spends its time: seconds per stage per backend, and (in-process) the
-functions that take it, from cProfile.
+"""Where our pipeline spends its time: seconds per stage per backend, each stage split into its
+shard tasks' read, compute, write and commit, and (in-process) the functions that take it, from
+cProfile.
 
 Runs the study's workload through the assets' own stage code on a generated corpus and writes
 JSON + Markdown to benchmarks/results/. See benchmarks/README.md.
@@ -18,7 +19,8 @@ import sys
 import time
 from pathlib import Path
 
-from llm_assets.bench.runner import STARTUP, ensure_corpus, run_pipeline
+from llm_assets.bench.report import parts_table, stage_table
+from llm_assets.bench.runner import ensure_corpus, run_pipeline, summarize
 from llm_assets.compute.backends import BACKENDS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -68,17 +70,13 @@ def main(argv: list[str] | None = None) -> int:
                 corpus.parent, backend, work_dir=work, workers=args.workers, size=args.size
             )
         )
-    stages = [STARTUP, *[k for k in results[0].stage_seconds if k != STARTUP]] if results else []
-    lines = [
-        f"## Seconds per stage, {args.size:,} rows",
-        "",
-        "| backend | total s | " + " | ".join(stages) + " |",
-        "|---|---:|" + "---:|" * len(stages),
-    ]
-    for r in results:
-        cells = " | ".join(f"{r.stage_seconds.get(k, 0.0):.2f}" for k in stages)
-        lines.append(f"| {r.backend} | {r.seconds:.2f} | {cells} |")
-    report = "\n".join(lines) + "\n"
+    summaries = summarize(results)
+    totals = ", ".join(f"{r.backend} {r.seconds:.2f} s" for r in results)
+    report = (
+        f"## Seconds per stage, {args.size:,} rows\n\nWhole runs: {totals}.\n\n"
+        f"{stage_table(summaries)}\n\n### Where each stage's time goes\n\n"
+        f"{parts_table(summaries)}\n"
+    )
     if args.profile:
         report += "\n### cProfile of an in-process run\n\n"
         report += profile_in_process(corpus.parent, work, args.size, args.top) + "\n"

@@ -77,6 +77,7 @@ from llm_assets.tasks import (
     run_scatter,
     scatter_done,
     scatter_key,
+    scatter_pieces,
 )
 from llm_assets.warehouse.catalog import Catalog, ShardRecord
 from llm_assets.warehouse.shards import (
@@ -841,6 +842,7 @@ def run_training_batches(
         manifest = read_scatter_manifest(directory)
         counts.update(manifest["counts"])
         lengths.update({int(n): d for n, d in manifest["lengths"].items()})
+    pieces = scatter_pieces(scatter_dirs)
     planned = []
     for split in SPLITS:
         for bucket in range(n_buckets):
@@ -864,7 +866,7 @@ def run_training_batches(
                 key=key,
                 split=split,
                 bucket=bucket,
-                scatter_dirs=scatter_dirs,
+                pieces=tuple(pieces[key]),
                 output_path=out,
                 input_fingerprint=all_fp,
                 spec=spec,

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from llm_assets.lib.batching import BatchSpec, assign_buckets, assign_splits, shuffle_keys
 from llm_assets.lib.filters import LengthFilterSpec, filter_length
@@ -31,9 +32,11 @@ from llm_assets.tasks import (
     ScatterTask,
     read_scatter_bucket,
     read_scatter_manifest,
+    read_scatter_pieces,
     run_map,
     run_scatter,
     scatter_done,
+    scatter_pieces,
 )
 
 SPEC = BatchSpec(seed=3, validation_fraction=0.2)
@@ -166,3 +169,32 @@ def test_a_task_splits_its_time_into_read_compute_write_and_commit(tmp_path):
     assert 0 < stats.parts["read"] < 0.1
     assert stats.parts["write"] > 0 and stats.parts["commit"] > 0
     assert sum(stats.parts.values()) <= stats.seconds
+
+
+def test_scatter_pieces_are_the_ipc_files_batches_and_a_short_file_is_an_error(tmp_path):
+    """Each (split, bucket) is read from two known byte ranges; the file stays a plain Arrow IPC
+    file any reader opens. A file cut short fails naming it; a shard without rows has no
+    pieces."""
+    _shard(tmp_path / "in.parquet", 0, 400)
+    out = tmp_path / "scatter" / "s0"
+    run_scatter(ScatterTask("s0", str(tmp_path / "in.parquet"), str(out), "fp", SPEC, N_BUCKETS))
+    pieces = scatter_pieces([str(out)])
+    whole = pa.ipc.open_file(str(out / SCATTER_FILE))
+    assert whole.num_record_batches == len(pieces) > N_BUCKETS  # both splits
+    for index, key in enumerate(read_scatter_manifest(out)["pieces"]):  # in write order
+        expected = pa.Table.from_batches([whole.get_batch(index)])
+        assert read_scatter_pieces(pieces[key]).equals(expected)
+
+    size = (out / SCATTER_FILE).stat().st_size
+    with open(out / SCATTER_FILE, "r+b") as handle:
+        handle.truncate(size // 2)
+    last = max(pieces.values(), key=lambda p: p[0][3])
+    with pytest.raises(ValueError, match="shorter than its manifest says"):
+        read_scatter_pieces(last)
+
+    _shard(tmp_path / "empty.parquet", 0, 0)
+    empty = tmp_path / "scatter" / "s1"
+    run_scatter(ScatterTask("s1", str(tmp_path / "empty.parquet"), str(empty), "fp", SPEC, 3))
+    assert read_scatter_manifest(empty)["pieces"] == {}
+    assert scatter_pieces([str(empty)]) == {}
+    assert read_scatter_bucket([str(empty)], "train", 0) is None
