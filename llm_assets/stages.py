@@ -903,6 +903,9 @@ def run_training_batches(
     if spec.bucket_boundaries:
         report.extra["bucket_boundaries"] = list(spec.bucket_boundaries)
     report.seconds = time.perf_counter() - started  # both phases, not only the gather
+    ctx.log.info(
+        f"{asset}: {report.seconds:.2f} s in all, of which {scatter_seconds:.2f} s scattering"
+    )
     return report
 
 
