@@ -234,12 +234,15 @@ def _execute(
     fn: Callable[[Any], ShardStats],
     extra: dict[str, Any] | None = None,
     materialize: bool = True,
+    started: float | None = None,
 ) -> StageReport:
     """Skip finished shards, run the rest on the backend, record everything in the catalog.
 
     ``materialize=False`` records the shards but leaves the asset's current output (and its SQL
-    views) alone: for an intermediate phase of a stage."""
-    started = time.time()
+    views) alone: for an intermediate phase of a stage. ``started`` (``time.time()``) is when a
+    stage of several phases began, so that its seconds, its catalog record and its summary line
+    cover every phase, not only this last one."""
+    started = time.time() if started is None else started
     code_version = STAGE_CODE_VERSIONS[asset]
     config_json = _json(config)
     ensure_writable(folder)
@@ -734,7 +737,7 @@ def run_filtered_documents(ctx: StageContext, spec: FilterSpec | LengthFilterSpe
         "filter_seconds": round(annotated.seconds, 3),
         SECONDS_BY_PART: annotated.extra[SECONDS_BY_PART],  # the annotate phase's, then apply's
     }
-    report = _execute(
+    return _execute(
         ctx,
         asset=FILTERED_DOCUMENTS,
         stage_fp=stage_fp,
@@ -743,9 +746,8 @@ def run_filtered_documents(ctx: StageContext, spec: FilterSpec | LengthFilterSpe
         planned=planned,
         fn=run_dedup_apply,
         extra=extra,
+        started=started,  # all three phases, not only the last
     )
-    report.seconds = time.time() - started  # all three phases, not only the last
-    return report
 
 
 def _resolve_duplicates(
@@ -795,6 +797,7 @@ def run_training_batches(
 ) -> StageReport:
     """Shuffle globally with bounded memory (scatter to hash buckets, then sort each bucket) and
     pack or pad every (split, bucket) into one Parquet file."""
+    started = time.time()
     asset = TRAINING_BATCHES
     upstream = _upstream(ctx, FILTERED_DOCUMENTS)
     n_buckets = shuffle_bucket_count([s.path for s in upstream], spec.shuffle_buckets)
@@ -810,7 +813,7 @@ def run_training_batches(
         ctx.log.info(f"{asset}: length buckets from the data: {spec.bucket_boundaries}")
     created_at = _created_at(ctx)
 
-    started = time.perf_counter()
+    scatter_started = time.perf_counter()
     scatter_fp_base = (spec.seed, spec.validation_fraction, n_buckets, SCATTER_FORMAT)
     scatter_tasks = []
     for source in upstream:
@@ -832,7 +835,7 @@ def run_training_batches(
         scatter_parts = add_parts(scatter_parts, stats.get("parts", {}))
 
     run_on_backend(ctx, asset, scatter_root, run_scatter, scatter_tasks, scattered)
-    scatter_seconds = time.perf_counter() - started
+    scatter_seconds = time.perf_counter() - scatter_started
 
     scatter_dirs = tuple(str(scatter_root / s.shard) for s in upstream)
     all_fp = fingerprint([s.checksum for s in upstream], *scatter_fp_base)
@@ -890,11 +893,13 @@ def run_training_batches(
             "shuffle_buckets": n_buckets,
             SECONDS_BY_PART: scatter_parts,
         },
+        started=started,  # both phases (and the planning), not only the gather
     )
     if megatron:
         report.extra["megatron"] = _write_megatron(
             ctx, folder, scatter_dirs, n_buckets, meta, all_fp
         )
+        report.seconds = time.time() - started  # the export too
     report.extra["documents"] = report.rows_in
     report.extra["sequences"] = report.rows_out
     report.extra["length_histogram"] = length_histogram(
@@ -902,10 +907,7 @@ def run_training_batches(
     )
     if spec.bucket_boundaries:
         report.extra["bucket_boundaries"] = list(spec.bucket_boundaries)
-    report.seconds = time.perf_counter() - started  # both phases, not only the gather
-    ctx.log.info(
-        f"{asset}: {report.seconds:.2f} s in all, of which {scatter_seconds:.2f} s scattering"
-    )
+    ctx.log.info(f"{asset}: {scatter_seconds:.2f} s of the {report.seconds:.2f} s were scattering")
     return report
 
 

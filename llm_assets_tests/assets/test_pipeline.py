@@ -119,9 +119,15 @@ def test_every_asset_says_where_its_time_went(in_process_run):
         assert json.loads(recorded[0]) == parts
     # Ingest reads no Parquet: reading and parsing the input files is its compute.
     assert materializations(result)[RAW_DOCUMENTS]["seconds_by_part"].value["read"] == 0
-    # training_batches' seconds cover both phases, the scatter included.
+    # training_batches' seconds cover both phases, the scatter included, and so does the
+    # catalog's record of the materialization (its start is the stage's, not the gather's).
     batches = materializations(result)[TRAINING_BATCHES]
     assert batches["seconds"].value > batches["scatter_seconds"].value > 0
+    (wall,) = catalog.query(
+        "SELECT wall_seconds FROM materializations WHERE materialization_id = ?",
+        [f"{result.run_id}:{TRAINING_BATCHES}"],
+    )
+    assert wall[0] == pytest.approx(batches["seconds"].value, abs=0.01)
 
 
 def test_counts_reconcile_across_the_chain_in_sql(in_process_run):

@@ -62,6 +62,15 @@ def test_default_config_runs_every_filter_and_reconciles(generated_run):
         "(SELECT count(*) FROM filtered_documents_rejects)",
     )[0]
     assert kept + rejected == len(records)
+    # Its time covers the three phases (filter, global dedup, apply), in the metadata and in the
+    # catalog's record of the materialization alike.
+    assert meta["seconds"].value > meta["filter_seconds"].value + meta["dedup_seconds"].value
+    ((wall,),) = _sql(
+        root,
+        "SELECT wall_seconds FROM materializations WHERE materialization_id = ?",
+        [f"{result.run_id}:{FILTERED_DOCUMENTS}"],
+    )
+    assert wall == pytest.approx(meta["seconds"].value, abs=0.01)
 
 
 def test_planted_copies_are_found_and_foreign_text_is_dropped(generated_run):
