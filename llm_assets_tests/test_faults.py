@@ -22,7 +22,7 @@ from llm_assets.constants import PIPELINE_ASSETS
 from llm_assets.datagen import write_corpus
 from llm_assets.warehouse.catalog import Catalog
 from llm_assets.warehouse.resource import WarehouseResource
-from llm_assets.warehouse.shards import file_sha256
+from llm_assets.warehouse.shards import file_checksum
 from llm_assets_tests.assets.test_cli import _env, _job_command, _write_config
 from llm_assets_tests.assets.test_pipeline import _failure_message, output_checksums
 from llm_assets_tests.conftest import REPO, pipeline_run_config
@@ -47,7 +47,7 @@ def _assert_catalog_only_holds_complete_shards(root: Path) -> None:
     if catalog.path.exists():
         for path, checksum in catalog.query("SELECT path, checksum FROM shards"):
             assert Path(path).exists(), path
-            assert file_sha256(path) == checksum, path
+            assert file_checksum(path) == checksum, path
     assert not [p for p in root.rglob("*") if ".tmp" in p.name], "temporary files left behind"
 
 

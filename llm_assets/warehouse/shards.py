@@ -23,6 +23,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import xxhash
 
 from llm_assets.lib.schema import CATEGORICAL_COLUMNS
 
@@ -33,6 +34,7 @@ ROWS_REJECTED = "llm_assets.rows_rejected"
 STATS = "llm_assets.stats"
 """JSON object of additive per-shard statistics (tokens, padding, ...), summed per asset."""
 TMP_MARKER = ".tmp-"
+CHECKSUM_ALGORITHM = "xxh3_128"
 DEFAULT_COMPRESSION = "zstd"
 """Codec of files people keep: training batches (the product) and rejects (the audit trail)."""
 INTERMEDIATE_COMPRESSION = "lz4"
@@ -59,13 +61,29 @@ def stage_dir(root: str | Path, asset: str, stage_fingerprint: str) -> Path:
     return Path(root) / asset / stage_fingerprint
 
 
-def file_sha256(path: str | Path) -> str:
-    """SHA-256 of a file's bytes, streamed (recorded per shard, and the next stage's input key)."""
-    digest = hashlib.sha256()
+def _file_digest(path: str | Path, digest: Any) -> str:
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def file_sha256(path: str | Path) -> str:
+    """SHA-256 of a file's bytes, streamed: for files a config names by their content (the
+    flagged-words list), which people may check with ``sha256sum``."""
+    return _file_digest(path, hashlib.sha256())
+
+
+def file_checksum(path: str | Path) -> str:
+    """``xxh3_128:<32 hex digits>`` of a file's bytes, streamed: every shard's checksum in the
+    catalog, and the key the next stage's input fingerprint is built from.
+
+    A guard against changed or damaged files, not against an adversary, so a fast
+    non-cryptographic hash: XXH3 hashes ~10 GB/s where SHA-256 did ~1 GB/s on this machine's
+    SHA extensions, and SHA-256 over every shard took 1.1 s of a 37 s in-process run at 1M rows.
+    The prefix names the algorithm (catalogs written before it hold bare SHA-256 hex digests,
+    which stay valid keys for the shards they describe)."""
+    return f"{CHECKSUM_ALGORITHM}:{_file_digest(path, xxhash.xxh3_128())}"
 
 
 @dataclass(frozen=True)
@@ -129,7 +147,7 @@ class AtomicParquetWriter:
         self._writer.close()
         with open(self.tmp_path, "rb") as handle:
             os.fsync(handle.fileno())
-        checksum = file_sha256(self.tmp_path)
+        checksum = file_checksum(self.tmp_path)
         size = self.tmp_path.stat().st_size
         os.replace(self.tmp_path, self.path)
         return WrittenFile(str(self.path), self.rows, size, checksum)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
+
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import xxhash
 
 from llm_assets.warehouse.shards import (
     INPUT_FINGERPRINT,
@@ -13,7 +16,7 @@ from llm_assets.warehouse.shards import (
     atomic_parquet_writer,
     completed_input_fingerprint,
     decoded_column_bytes,
-    file_sha256,
+    file_checksum,
     fingerprint,
     read_footer_metadata,
     remove_stale_temporaries,
@@ -28,6 +31,20 @@ def test_fingerprint_is_stable_and_order_insensitive_for_dicts():
     assert len(fingerprint("a")) == 16
 
 
+def test_file_checksum_names_its_algorithm_and_sees_every_byte(tmp_path):
+    """XXH3-128 over the whole file, read in 1 MB blocks: a file of several blocks hashes as its
+    bytes in one piece would, and changing one byte anywhere changes the checksum."""
+    data = bytearray(os.urandom(3 * (1 << 20) + 17))
+    path = tmp_path / "f.bin"
+    path.write_bytes(data)
+    checksum = file_checksum(path)
+    assert checksum == f"xxh3_128:{xxhash.xxh3_128(bytes(data)).hexdigest()}"
+    assert len(checksum) == len("xxh3_128:") + 32
+    data[(1 << 20) + 5] ^= 1  # in the second block
+    path.write_bytes(data)
+    assert file_checksum(path) != checksum
+
+
 def test_commit_renames_into_place_with_footer_and_checksum(tmp_path):
     path = tmp_path / "s" / "part-a.parquet"
     writer = AtomicParquetWriter(path, SCHEMA, metadata={"llm_assets.kind": "test"})
@@ -35,7 +52,7 @@ def test_commit_renames_into_place_with_footer_and_checksum(tmp_path):
     assert not path.exists()
     written = writer.commit({INPUT_FINGERPRINT: "abc"})
     assert path.exists() and written.rows == 2
-    assert written.checksum == file_sha256(path)
+    assert written.checksum == file_checksum(path)
     assert pq.read_table(path).column_names == ["a", "b"]
     meta = read_footer_metadata(path)
     assert meta == {"llm_assets.kind": "test", INPUT_FINGERPRINT: "abc"}
