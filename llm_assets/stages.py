@@ -248,9 +248,7 @@ def _execute(
     config_json = _json(config)
     ensure_writable(folder)
     remove_stale_temporaries(folder)
-    known = {
-        (r.shard, r.input_fingerprint): r for r in _catalog_shards(ctx.catalog, asset, stage_fp)
-    }
+    known = {(r.shard, r.input_fingerprint): r for r in ctx.catalog.stage_shards(asset, stage_fp)}
     records: dict[int, ShardRecord] = {}
     todo: list[int] = []
     recovered: list[ShardRecord] = []
@@ -388,13 +386,6 @@ def shard_stats(path: str) -> dict[str, int | float]:
 
 def _json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, default=str)
-
-
-def _catalog_shards(catalog: Catalog, asset: str, stage_fp: str) -> list[ShardRecord]:
-    """Every shard the catalog knows in this stage folder (to reuse records of skipped shards)."""
-    if not catalog.path.exists():
-        return []
-    return [r for r in catalog.current_shards(asset) if r.fingerprint == stage_fp]
 
 
 def _record_from_footer(

@@ -334,15 +334,29 @@ class Catalog:
     def current_shards(self, asset: str) -> list[ShardRecord]:
         """The shards that make up ``asset`` now, in order (empty if never materialized)."""
         _check_asset(asset)
+        return self._shard_records(
+            "FROM current_shards c JOIN shards s "
+            "ON s.asset = c.asset AND s.fingerprint = c.fingerprint AND s.shard = c.shard "
+            "WHERE c.asset = ? ORDER BY c.position",
+            [asset],
+        )
+
+    def stage_shards(self, asset: str, fingerprint: str) -> list[ShardRecord]:
+        """Every shard recorded in one stage folder of ``asset`` (one stage config and code
+        version), current or not: an intermediate phase's shards, and those of a config used
+        before and used again, are never current but are still reused."""
+        _check_asset(asset)
+        return self._shard_records(
+            "FROM shards s WHERE s.asset = ? AND s.fingerprint = ? ORDER BY s.shard",
+            [asset, fingerprint],
+        )
+
+    def _shard_records(self, from_where: str, params: list[Any]) -> list[ShardRecord]:
         if not self.path.exists():
             return []
         with self.connect() as con:
             rows = con.execute(
-                f"SELECT {', '.join('s.' + c for c in _SHARD_COLUMNS)} "
-                "FROM current_shards c JOIN shards s "
-                "ON s.asset = c.asset AND s.fingerprint = c.fingerprint AND s.shard = c.shard "
-                "WHERE c.asset = ? ORDER BY c.position",
-                [asset],
+                f"SELECT {', '.join('s.' + c for c in _SHARD_COLUMNS)} {from_where}", params
             ).fetchall()
         records = []
         for row in rows:

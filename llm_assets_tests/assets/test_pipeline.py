@@ -198,6 +198,16 @@ def test_rerun_with_unchanged_input_reuses_every_shard(in_process_run):
         if asset != TRAINING_BATCHES:  # its scatter phase is reused as a whole, without tasks
             assert set(meta["seconds_by_part"].value.values()) == {0}, asset
     assert output_checksums(base / "warehouse") == before
+    # Every shard was found in the catalog, none rebuilt from its footer (which re-reads and
+    # re-hashes the file): the filter's annotate phase too, whose shards are never current.
+    catalog = WarehouseResource(root=str(base / "warehouse")).catalog()
+    assert catalog.query("SELECT count(*) FROM shards WHERE run_id = ?", [result.run_id]) == [(0,)]
+    annotated = catalog.query(
+        "SELECT count(*) FROM shards s WHERE asset = ? AND NOT EXISTS (SELECT 1 FROM "
+        "current_shards c WHERE c.asset = s.asset AND c.fingerprint = s.fingerprint)",
+        [FILTERED_DOCUMENTS],
+    )
+    assert annotated[0][0] > 0  # the sample's run config deduplicates: there is such a phase
 
 
 def test_lost_shards_are_recomputed_byte_identical(in_process_run, tmp_path):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing
 import time
+from dataclasses import replace
 
 import duckdb
 import pyarrow as pa
@@ -89,10 +90,28 @@ def test_current_shards_views_and_lineage(tmp_path):
         assert con.execute("SELECT count(*) FROM materializations").fetchone()[0] == 2
 
 
+def test_stage_shards_lists_a_stage_folder_current_or_not(tmp_path):
+    """What a re-run looks its finished shards up in: every shard recorded under the stage
+    fingerprint, also those no materialization made current (an intermediate phase, a config
+    used before)."""
+    catalog = Catalog(tmp_path / "catalog.duckdb")
+    assert catalog.stage_shards("raw_documents", "fp") == []  # no catalog file yet
+    records = [_record(tmp_path, "b", 3, 1), _record(tmp_path, "a", 2, 2)]
+    _materialize(catalog, records)
+    other = replace(_record(tmp_path, "c", 1), fingerprint="other")
+    catalog.record_shards([other])  # recorded, never made current
+    assert [r.shard for r in catalog.stage_shards("raw_documents", "fp")] == ["a", "b"]
+    assert catalog.stage_shards("raw_documents", "other") == [other]
+    assert catalog.stage_shards("tokenized_documents", "fp") == []
+    assert [r.shard for r in catalog.current_shards("raw_documents")] == ["b", "a"]
+
+
 def test_asset_names_are_allow_listed(tmp_path):
     catalog = Catalog(tmp_path / "catalog.duckdb")
     with pytest.raises(ValueError, match="not a pipeline asset"):
         catalog.current_shards("raw_documents; DROP TABLE shards")
+    with pytest.raises(ValueError, match="not a pipeline asset"):
+        catalog.stage_shards("raw_documents' OR 1=1 --", "fp")
 
 
 def _hold_lock(path, seconds, ready):
