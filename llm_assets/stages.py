@@ -872,6 +872,15 @@ def run_training_batches(
                 compression_level=compression_level,
             )
             planned.append(_Planned(key, out, None, all_fp, tuple(s.path for s in upstream), task))
+    extra: dict[str, Any] = {
+        "scatter_seconds": scatter_seconds,
+        "shuffle_buckets": n_buckets,
+        SECONDS_BY_PART: scatter_parts,
+    }
+    if megatron:
+        # From the scatter files, like the gather: before it, so that the catalog's record of
+        # the materialization holds the export's paths and its time.
+        extra["megatron"] = _write_megatron(ctx, folder, scatter_dirs, n_buckets, meta, all_fp)
     report = _execute(
         ctx,
         asset=asset,
@@ -880,18 +889,9 @@ def run_training_batches(
         config=config,
         planned=planned,
         fn=run_gather,
-        extra={
-            "scatter_seconds": scatter_seconds,
-            "shuffle_buckets": n_buckets,
-            SECONDS_BY_PART: scatter_parts,
-        },
-        started=started,  # both phases (and the planning), not only the gather
+        extra=extra,
+        started=started,  # every phase (and the planning), not only the gather
     )
-    if megatron:
-        report.extra["megatron"] = _write_megatron(
-            ctx, folder, scatter_dirs, n_buckets, meta, all_fp
-        )
-        report.seconds = time.time() - started  # the export too
     report.extra["documents"] = report.rows_in
     report.extra["sequences"] = report.rows_out
     report.extra["length_histogram"] = length_histogram(

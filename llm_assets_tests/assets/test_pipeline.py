@@ -366,6 +366,13 @@ def test_megatron_output_holds_every_document_in_the_batches_order(sample_input,
     catalog = WarehouseResource(root=str(root)).catalog()
     docs, tokens = catalog.query("SELECT count(*), sum(n_tokens) FROM filtered_documents")[0]
     prefixes = materializations(result)[TRAINING_BATCHES]["megatron"].value
+    # The catalog's record of the materialization names the export too (it runs before the
+    # record is written, so its time is in the record's wall_seconds).
+    (recorded,) = catalog.query(
+        "SELECT extra->>'$.megatron' FROM materializations WHERE materialization_id = ?",
+        [f"{result.run_id}:{TRAINING_BATCHES}"],
+    )
+    assert json.loads(recorded[0]) == prefixes
     datasets = {split: read_megatron(prefix) for split, prefix in prefixes.items()}
     assert sum(len(d) for d in datasets.values()) == docs
     assert sum(int(d.sequence_lengths.sum()) for d in datasets.values()) == tokens + docs
