@@ -49,7 +49,8 @@ EMPTY_FILE = "empty_file"
 """The file holds no record (zero bytes, only whitespace, a CSV header only, a Parquet file with
 no rows): one reject with source_line 0, so the file still shows up in the rejects."""
 INVALID_UTF8 = "invalid_utf8"
-"""The line (TXT: paragraph, CSV: record) is not valid UTF-8; value = the decode error."""
+"""The line (TXT: paragraph, CSV: record, Parquet: a string in any column of the row) is not
+valid UTF-8; value = the decode error (Parquet: the column and Arrow's message)."""
 INVALID_JSON = "invalid_json"
 """The line is valid UTF-8 but not valid JSON; value = the parser's message."""
 NOT_AN_OBJECT = "not_an_object"
@@ -62,9 +63,15 @@ type, ``int64``)."""
 RAGGED_ROW = "ragged_row"
 """A CSV record whose field count differs from the header's; value = ``expected N fields, got
 M``."""
+MALFORMED_RECORD = "malformed_record"
+"""A CSV record the parser cannot read (a character after a closing quote: ``"ok" x``); value =
+the parser's message. Reading goes on at the next line. (A quote never closed swallows the rest
+of the file into one field: that is a ``corrupt_file`` at the record it began.)"""
 CORRUPT_FILE = "corrupt_file"
-"""The stream cannot be decoded (not gzip / zstd / Parquet, or damaged midway): one reject for the
-rest of the file, at the line where reading stopped (0 if nothing was read)."""
+"""The stream cannot be decoded (not gzip / zstd / Parquet, or damaged midway; a CSV quote never
+closed): one reject for the rest of the file, at the line where reading stopped (0 if nothing was
+read). A Parquet file damaged midway is read on from its next row group: one reject per row group
+that cannot be read, its value naming the rows."""
 TRUNCATED_FILE = "truncated_file"
 """A gzip or zstd stream ends early: the records before the cut are kept, one reject at the next
 line."""
@@ -77,6 +84,7 @@ REJECT_REASONS: tuple[str, ...] = (
     MISSING_TEXT,
     NON_STRING_TEXT,
     RAGGED_ROW,
+    MALFORMED_RECORD,
     CORRUPT_FILE,
     TRUNCATED_FILE,
 )
@@ -91,6 +99,8 @@ _SAMPLE_BYTES = SAMPLE_CHARS * 4
 """Bytes of an offending line decoded for its sample: enough for SAMPLE_CHARS characters without
 decoding a whole (possibly huge) line."""
 _MAX_CSV_FIELD = 2**31 - 1
+_SAMPLE_LINES = 8
+"""Physical lines of a rejected CSV record kept for its sample."""
 _CORRUPT_ERRORS = (gzip.BadGzipFile, zlib.error, zstandard.ZstdError)
 """What a compressed stream raises when its bytes cannot be decoded (EOFError means truncated)."""
 
@@ -149,7 +159,9 @@ def read_documents(
 
     ``byte_range`` (plain ``.jsonl`` only) reads the bytes ``[start, end)``, which must begin and
     end at line boundaries; ``first_line`` is the 1-based number of its first line, so locations
-    and ``doc_id`` equal those of a whole-file read. Only a whole file can be an ``empty_file``.
+    and ``doc_id`` equal those of a whole-file read. A file with no record is one ``empty_file``
+    reject, given by its first range (which looks at the rest of the file only when it found no
+    record itself).
     """
     fmt = detect_format(path)
     if byte_range is None:
@@ -157,11 +169,11 @@ def read_documents(
     if fmt != "jsonl":
         raise ValueError(f"byte_range only applies to plain .jsonl files, not {path}")
     start, end = byte_range
-    if start == 0 and end >= os.path.getsize(path):
-        return _with_empty_file_reject(
-            _read_jsonl_range(path, source_file, spec, start, end, first_line), source_file
-        )
-    return _read_jsonl_range(path, source_file, spec, start, end, first_line)
+    results = _read_jsonl_range(path, source_file, spec, start, end, first_line)
+    if start == 0:
+        # The first range speaks for the whole file: empty if the ranges after it are blank too.
+        return _with_empty_file_reject(results, source_file, lambda: _blank_from(path, end))
+    return results
 
 
 def _read_jsonl_range(
@@ -178,17 +190,27 @@ def _read_jsonl_range(
 
 
 def _with_empty_file_reject(
-    results: Iterable[StageResult], source_file: str
+    results: Iterable[StageResult],
+    source_file: str,
+    rest_is_blank: Callable[[], bool] = lambda: True,
 ) -> Iterator[StageResult]:
-    """Pass ``results`` through; if they held no row at all, yield one ``empty_file`` reject."""
+    """Pass ``results`` through; if they held no row at all (and ``rest_is_blank()``: the rest
+    of a file read in byte ranges holds no record either), yield one ``empty_file`` reject."""
     emitted = False
     for result in results:
         emitted = True
         yield result
-    if not emitted:
+    if not emitted and rest_is_blank():
         batch = _Batch(source_file)
         batch.reject(0, EMPTY_FILE, "no records", None)
         yield batch.flush()
+
+
+def _blank_from(path: str, start: int) -> bool:
+    """Whether the bytes of ``path`` from ``start`` on are all ASCII whitespace."""
+    with open(path, "rb") as handle:
+        handle.seek(start)
+        return all(not block.strip() for block in iter(lambda: handle.read(_READ_CHUNK), b""))
 
 
 # --- batches ----------------------------------------------------------------------------------
@@ -311,12 +333,15 @@ class _ZstdFrames(io.RawIOBase):
         self._frame = self._decompressor.decompressobj()
         self._in_frame = False
         self._pending = memoryview(b"")
+        self._error: zstandard.ZstdError | None = None
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, buffer: Any) -> int:
         while not self._pending:
+            if self._error is not None:
+                raise self._error
             compressed = self._source.read(_READ_CHUNK)
             if not compressed:
                 if self._in_frame:
@@ -329,14 +354,20 @@ class _ZstdFrames(io.RawIOBase):
         return size
 
     def _decompress(self, compressed: bytes) -> bytes:
+        """The data of the frames in ``compressed``. Bytes that are not a frame (junk after the
+        last one, a damaged frame) raise, but only once the data decoded before them has been
+        read: the records before the damage are kept."""
         chunks = []
-        while compressed:
-            chunks.append(self._frame.decompress(compressed))
-            self._in_frame = not self._frame.eof
-            if self._in_frame:
-                break
-            compressed = self._frame.unused_data
-            self._frame = self._decompressor.decompressobj()
+        try:
+            while compressed:
+                chunks.append(self._frame.decompress(compressed))
+                self._in_frame = not self._frame.eof
+                if self._in_frame:
+                    break
+                compressed = self._frame.unused_data
+                self._frame = self._decompressor.decompressobj()
+        except zstandard.ZstdError as error:
+            self._error = error
         return b"".join(chunks)
 
 
@@ -467,25 +498,91 @@ def _read_csv(path: str, source_file: str, spec: IngestSpec) -> Iterator[StageRe
 
     Bytes are decoded with ``surrogateescape`` so that one record's invalid UTF-8 rejects only
     that record. The csv module's field size limit (process-wide, 128 KiB by default) is raised
-    so that long documents are read instead of failing the file.
+    so that long documents are read instead of failing the file. The parser is strict: a record
+    it cannot read is a ``malformed_record`` reject and reading goes on at the next line, and a
+    quote that is never closed (which would otherwise make the rest of the file one field, its
+    records silently gone) is a ``corrupt_file`` reject at the record where it began.
     """
     csv.field_size_limit(max(csv.field_size_limit(), _MAX_CSV_FIELD))
     batch = _Batch(source_file)
     with open(path, encoding="utf-8-sig", errors="surrogateescape", newline="") as handle:
-        rows = csv.reader(handle, delimiter=spec.csv_delimiter)
-        header = [_repair(name) for name in next(rows, [])]
+        lines = _RecordLines(handle)
+        rows = csv.reader(lines, delimiter=spec.csv_delimiter, strict=True)
+        try:
+            header = [_repair(name) for name in next(rows, [])]
+        except csv.Error as error:
+            batch.reject(0, CORRUPT_FILE, f"unreadable header: {error}", _repair(lines.record()))
+            yield batch.flush()
+            return
         text_index = header.index(spec.text_field) if spec.text_field in header else None
-        others = [(i, name) for i, name in enumerate(header) if i != text_index]
+        keys = _metadata_keys(header)
+        others = [(i, key) for i, key in enumerate(keys) if i != text_index]
         record = 0
-        for row in rows:
-            if not row:  # a blank line
-                continue
-            record += 1
-            _add_csv_record(batch, record, row, len(header), text_index, others, spec)
+        while True:
+            lines.start_record()
+            try:
+                row = next(rows)
+            except StopIteration:
+                break
+            except csv.Error as error:
+                record += 1
+                if lines.exhausted:
+                    value = f"a quoted field is never closed ({error})"
+                    batch.reject(record, CORRUPT_FILE, value, _repair(lines.record()))
+                    break
+                batch.reject(record, MALFORMED_RECORD, str(error), _repair(lines.record()))
+            else:
+                if not row:  # a blank line
+                    continue
+                record += 1
+                _add_csv_record(batch, record, row, len(header), text_index, others, spec)
             if len(batch) >= spec.batch_rows:
                 yield batch.flush()
     if len(batch):
         yield batch.flush()
+
+
+class _RecordLines:
+    """The lines of a text file for ``csv.reader``, remembering those of the current record (for
+    the sample of a record the parser rejects) and whether the file has ended."""
+
+    def __init__(self, handle: IO[str]) -> None:
+        self._lines = iter(handle)
+        self._record: list[str] = []
+        self.exhausted = False
+
+    def __iter__(self) -> _RecordLines:
+        return self
+
+    def __next__(self) -> str:
+        try:
+            line = next(self._lines)
+        except StopIteration:
+            self.exhausted = True
+            raise
+        if len(self._record) < _SAMPLE_LINES:
+            self._record.append(line)
+        return line
+
+    def start_record(self) -> None:
+        """Forget the lines read so far: the parser starts a new record."""
+        self._record.clear()
+
+    def record(self) -> str:
+        """The start of the current record's text (a sample, at most SAMPLE_CHARS characters)."""
+        return "".join(self._record)[:SAMPLE_CHARS].rstrip("\r\n")
+
+
+def _metadata_keys(names: list[str]) -> list[str]:
+    """The metadata key of each column: its name, or ``name#2``, ``name#3``... for a name that
+    repeats an earlier column's, so that no value is lost to a key collision. (The first column
+    named like the text field is the text; a second one goes to metadata as ``text#2``.)"""
+    seen: dict[str, int] = {}
+    keys = []
+    for name in names:
+        seen[name] = seen.get(name, 0) + 1
+        keys.append(name if seen[name] == 1 else f"{name}#{seen[name]}")
+    return keys
 
 
 def _add_csv_record(
@@ -532,41 +629,89 @@ def _repair(text: str) -> str:
 
 
 # --- Parquet ----------------------------------------------------------------------------------
+_PARQUET_ERRORS = (pa.ArrowException, OSError)
+
+
 def _read_parquet(path: str, source_file: str, spec: IngestSpec) -> Iterator[StageResult]:
-    """One document per row; other columns go to metadata as JSON (``default=str``)."""
-    rows_read = 0
+    """One document per row; other columns go to metadata as JSON (``default=str``).
+
+    A file damaged midway keeps every row it can: when a read fails, reading starts again row
+    group by row group from the row it stopped at, and each row group that cannot be read is one
+    ``corrupt_file`` reject at its first unread row, its value naming the rows it covers.
+    """
     with open(path, "rb") as handle:
         if os.fstat(handle.fileno()).st_size == 0:
             return
         try:
-            batches = pq.ParquetFile(handle).iter_batches(batch_size=spec.batch_rows)
-            for record_batch in batches:
+            parquet = pq.ParquetFile(handle)
+        except _PARQUET_ERRORS as error:
+            yield _corrupt(source_file, 0, str(error))
+            return
+        rows_read = 0
+        try:
+            for record_batch in parquet.iter_batches(batch_size=spec.batch_rows):
                 yield _parquet_result(record_batch, rows_read, source_file, spec.text_field)
                 rows_read += record_batch.num_rows
-        except (pa.ArrowException, OSError) as error:
-            batch = _Batch(source_file)
-            batch.reject(_stopped_at(rows_read), CORRUPT_FILE, str(error), None)
-            yield batch.flush()
+            return
+        except _PARQUET_ERRORS:
+            pass
+        yield from _parquet_row_groups_from(parquet, rows_read, source_file, spec)
+
+
+def _parquet_row_groups_from(
+    parquet: pq.ParquetFile, rows_read: int, source_file: str, spec: IngestSpec
+) -> Iterator[StageResult]:
+    """The rows from ``rows_read`` on, read one row group at a time (after a failed read)."""
+    group_end = 0
+    for group in range(parquet.metadata.num_row_groups):
+        group_start, group_end = group_end, group_end + parquet.metadata.row_group(group).num_rows
+        if group_end <= rows_read:
+            continue
+        try:
+            table = parquet.read_row_group(group).slice(rows_read - group_start)
+        except _PARQUET_ERRORS as error:
+            value = f"rows {rows_read + 1}-{group_end} (row group {group}) unreadable: {error}"
+            yield _corrupt(source_file, rows_read + 1, value)
+            rows_read = group_end
+            continue
+        for record_batch in table.to_batches(max_chunksize=spec.batch_rows):
+            yield _parquet_result(record_batch, rows_read, source_file, spec.text_field)
+            rows_read += record_batch.num_rows
+
+
+def _corrupt(source_file: str, line: int, value: str) -> StageResult:
+    batch = _Batch(source_file)
+    batch.reject(line, CORRUPT_FILE, value, None)
+    return batch.flush()
 
 
 def _parquet_result(
     record_batch: pa.RecordBatch, rows_before: int, source_file: str, text_field: str
 ) -> StageResult:
-    """Split one record batch into kept documents and rejects (row numbers are 1-based)."""
-    if text_field in record_batch.schema.names:
-        text = record_batch.column(text_field)
-        others = record_batch.drop_columns([text_field])
-    else:
-        text, others = None, record_batch
+    """Split one record batch into kept documents and rejects (row numbers are 1-based).
+
+    The first column named ``text_field`` is the text; the others go to metadata under
+    :func:`_metadata_keys` (a repeated name gets ``#2``...). Parquet readers do not check that
+    strings are UTF-8: a row with invalid UTF-8 in any column is an ``invalid_utf8`` reject.
+    """
+    names = record_batch.schema.names
+    keys = _metadata_keys(names)
+    columns = [_plain_strings(column) for column in record_batch.columns]
+    text_at = names.index(text_field) if text_field in names else None
+    text = columns[text_at] if text_at is not None else None
+    others = pa.RecordBatch.from_arrays(
+        [column for i, column in enumerate(columns) if i != text_at],
+        [key for i, key in enumerate(keys) if i != text_at],
+    )
     problems = _parquet_text_problems(text, record_batch.num_rows)
+    invalid = _invalid_utf8_rows(columns, keys)
+    for row, message in invalid.items():
+        if problems[row] is None:
+            problems[row] = (INVALID_UTF8, message)
     kept = [i for i, problem in enumerate(problems) if problem is None]
     rejected = [i for i, problem in enumerate(problems) if problem is not None]
     kept_index = pa.array(kept, pa.int64())
     texts = text.take(kept_index).cast(pa.string()) if kept else pa.array([], pa.string())
-    samples = [
-        orjson.dumps(row, default=str).decode()
-        for row in record_batch.take(pa.array(rejected, pa.int64())).to_pylist()
-    ]
     return StageResult(
         kept=_kept_table(
             source_file,
@@ -579,9 +724,72 @@ def _parquet_result(
             [rows_before + i + 1 for i in rejected],
             [problems[i][0] for i in rejected],
             [problems[i][1] for i in rejected],
-            samples,
+            _parquet_samples(columns, keys, rejected, invalid),
         ),
     )
+
+
+def _plain_strings(column: pa.Array) -> pa.Array:
+    """``column``, with ``string_view`` (which Arrow's ``take`` does not handle) cast to
+    ``large_string``. The cast does not check UTF-8; :func:`_invalid_utf8_rows` does."""
+    if pa.types.is_dictionary(column.type) and pa.types.is_string_view(column.type.value_type):
+        column = column.dictionary_decode()
+    if pa.types.is_string_view(column.type):
+        return column.cast(pa.large_string())
+    return column
+
+
+def _invalid_utf8_rows(columns: list[pa.Array], keys: list[str]) -> dict[int, str]:
+    """Row index -> ``column 'name': <Arrow's message>`` for each row holding invalid UTF-8 in
+    any column. One full validation per column when all is well (the usual case); row by row
+    only in a column that failed it."""
+    invalid: dict[int, str] = {}
+    for key, column in zip(keys, columns, strict=True):
+        try:
+            column.validate(full=True)
+            continue
+        except pa.ArrowInvalid:
+            pass
+        if pa.types.is_dictionary(column.type):
+            column = column.dictionary_decode()
+        for row in range(len(column)):
+            if row in invalid:
+                continue
+            try:
+                column.slice(row, 1).validate(full=True)
+            except pa.ArrowInvalid as error:
+                invalid[row] = f"column {key!r}: {error}"
+    return invalid
+
+
+def _parquet_samples(
+    columns: list[pa.Array], keys: list[str], rows: list[int], invalid: dict[int, str]
+) -> list[str]:
+    """Each rejected row as JSON, for people to read; invalid UTF-8 shown as U+FFFD."""
+    clean = [row for row in rows if row not in invalid]
+    table = pa.RecordBatch.from_arrays(columns, keys).take(pa.array(clean, pa.int64()))
+    as_json = dict(zip(clean, _metadata_json(table), strict=True))
+    return [
+        (as_json[row] if row in as_json else _lossy_row_json(columns, keys, row) or b"{}").decode()
+        for row in rows
+    ]
+
+
+def _lossy_row_json(columns: list[pa.Array], keys: list[str], row: int) -> bytes:
+    """One row as JSON with invalid UTF-8 in its strings replaced (U+FFFD)."""
+    values = {}
+    for key, column in zip(keys, columns, strict=True):
+        cell = column.slice(row, 1)
+        if pa.types.is_dictionary(cell.type):
+            cell = cell.dictionary_decode()
+        try:
+            cell.validate(full=True)
+            values[key] = cell.to_pylist()[0]
+        except pa.ArrowInvalid:
+            binary = pa.large_binary() if pa.types.is_large_string(cell.type) else pa.binary()
+            raw = cell.view(binary)[0].as_py() if _is_string_type(cell.type) else None
+            values[key] = raw.decode("utf-8", "replace") if raw is not None else "<invalid UTF-8>"
+    return orjson.dumps(values, default=str)
 
 
 def _parquet_text_problems(text: pa.Array | None, n_rows: int) -> list[tuple[str, str] | None]:

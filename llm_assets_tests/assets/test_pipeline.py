@@ -10,6 +10,7 @@ from pathlib import Path
 
 import dagster as dg
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -333,9 +334,24 @@ def test_bad_rows_in_a_new_file_are_rejects_and_the_run_succeeds(sample_input, t
         b"[1, 2]\n"
     )
     (sample_input / "empty.jsonl").write_bytes(b"")
+    # Parquet does not check UTF-8: row 2's text is not UTF-8 (before: the stage crashed on it).
+    offsets = pa.py_buffer(pa.array([0, 58, 63], pa.int32()).buffers()[1])
+    text = b"a fine parquet row with enough words to pass the length ok" + b"\xff\xfebad"
+    column = pa.Array.from_buffers(pa.string(), 2, [None, offsets, pa.py_buffer(text)])
+    pq.write_table(pa.table({"text": column}), sample_input / "broken.parquet")
+    # A CSV quote never closed (before: the rest of the file became one document's text).
+    (sample_input / "broken.csv").write_text('id,text\n1,"never closed\n2,swallowed\n')
     result = materialize(sample_input, tmp_path / "wh")
     assert result.success
     catalog = WarehouseResource(root=str(tmp_path / "wh")).catalog()
+    assert catalog.query(
+        "SELECT source_file, source_line, reason FROM raw_documents_rejects "
+        "WHERE source_file LIKE 'broken.%' AND source_file <> 'broken.jsonl' ORDER BY 1"
+    ) == [("broken.csv", 1, "corrupt_file"), ("broken.parquet", 2, "invalid_utf8")]
+    assert catalog.query(
+        "SELECT source_file, source_line FROM raw_documents WHERE source_file LIKE 'broken.%' "
+        "ORDER BY 1, 2"
+    ) == [("broken.jsonl", 1), ("broken.parquet", 1)]
     got = dict(
         catalog.query(
             "SELECT source_line, reason FROM raw_documents_rejects "

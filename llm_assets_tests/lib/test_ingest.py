@@ -23,6 +23,7 @@ from llm_assets.lib.ingest import (
     EMPTY_FILE,
     INVALID_JSON,
     INVALID_UTF8,
+    MALFORMED_RECORD,
     MISSING_TEXT,
     NON_STRING_TEXT,
     NOT_AN_OBJECT,
@@ -160,6 +161,133 @@ def test_parquet_with_the_wrong_schema_rejects_every_row_naming_the_problem(tmp_
     assert kept.num_rows == 0 and reasons(rejects) == [(1, MISSING_TEXT), (2, MISSING_TEXT)]
     pq.write_table(pa.table({"text": [1, 2]}), tmp_path / "ints.parquet")
     assert read(tmp_path / "ints.parquet")[1]["reason"].to_pylist() == [NON_STRING_TEXT] * 2
+
+
+def _strings_with_bad_utf8() -> pa.Array:
+    """``["ok", b"\\xff\\xfebad", "ok"]`` as an Arrow string array: Parquet writers and readers
+    do not check UTF-8, so such files exist."""
+    offsets = pa.py_buffer(pa.array([0, 2, 7, 9], pa.int32()).buffers()[1])
+    return pa.Array.from_buffers(pa.string(), 3, [None, offsets, pa.py_buffer(b"ok\xff\xfebadok")])
+
+
+@pytest.mark.parametrize("column", ["text", "title"])
+def test_parquet_invalid_utf8_in_any_column_rejects_only_that_row(tmp_path, column):
+    """Invalid UTF-8 in the text or in a metadata column: that row is an ``invalid_utf8`` reject
+    naming the column, with a readable sample; the other rows are kept (before: the stage
+    crashed with a UnicodeDecodeError and the shard, recorded already, failed every re-run)."""
+    table = pa.table({"text": ["a", "b", "c"], "title": ["x", "y", "z"]})
+    table = table.set_column(table.schema.get_field_index(column), column, _strings_with_bad_utf8())
+    pq.write_table(table, tmp_path / "bad.parquet")
+    kept, rejects = read(tmp_path / "bad.parquet")
+    assert kept["source_line"].to_pylist() == [1, 3]
+    assert reasons(rejects) == [(2, INVALID_UTF8)]
+    assert rejects["value"][0].as_py().startswith(f"column {column!r}: ")
+    assert "\ufffd\ufffdbad" in rejects["sample"][0].as_py()
+    kept.validate(full=True)
+    rejects.validate(full=True)
+
+
+def test_parquet_damaged_midway_keeps_every_readable_row_group(tmp_path):
+    """A damaged data page in row group 7 of 10: its 100 rows are one ``corrupt_file`` reject
+    naming them, and the 900 rows before and after it are kept (before: every row was lost to
+    one reject at line 0)."""
+    path = tmp_path / "damaged.parquet"
+    texts = [f"document number {i}" for i in range(1000)]
+    pq.write_table(pa.table({"text": texts}), path, row_group_size=100, compression="zstd")
+    page = pq.ParquetFile(path).metadata.row_group(7).column(0).data_page_offset
+    data = bytearray(path.read_bytes())
+    data[page + 2 : page + 12] = b"\xab" * 10  # inside the page header
+    path.write_bytes(bytes(data))
+    for batch_rows in (64, 8192):
+        kept, rejects = read(path, IngestSpec(batch_rows=batch_rows))
+        assert kept["text"].to_pylist() == texts[:700] + texts[800:]
+        assert kept["source_line"].to_pylist() == list(range(1, 701)) + list(range(801, 1001))
+        assert reasons(rejects) == [(701, CORRUPT_FILE)]
+        assert rejects["value"][0].as_py().startswith("rows 701-800 (row group 7) unreadable")
+
+
+def test_parquet_string_view_text_and_repeated_column_names(tmp_path):
+    """A ``string_view`` text column is read like any string (before: a ``corrupt_file``
+    reject, Arrow's take having no kernel for it); the first column named ``text`` is the text
+    and a repeated name goes to metadata as ``name#2`` (before: a KeyError failed the shard)."""
+    pq.write_table(
+        pa.table({"text": pa.array(["x", "y"], pa.string_view())}), tmp_path / "v.parquet"
+    )
+    kept, rejects = read(tmp_path / "v.parquet")
+    assert kept["text"].to_pylist() == ["x", "y"] and rejects.num_rows == 0
+    table = pa.Table.from_arrays(
+        [pa.array(["a"]), pa.array(["b"]), pa.array([1]), pa.array([2])],
+        names=["text", "text", "id", "id"],
+    )
+    pq.write_table(table, tmp_path / "dup.parquet")
+    kept, rejects = read(tmp_path / "dup.parquet")
+    assert kept["text"].to_pylist() == ["a"] and rejects.num_rows == 0
+    assert json.loads(kept["metadata"][0].as_py()) == {"text#2": "b", "id": 1, "id#2": 2}
+
+
+def test_csv_quoting_errors_are_rejects_and_nothing_is_swallowed(tmp_path):
+    """A character after a closing quote rejects that record (``malformed_record``) and reading
+    goes on at the next line; a quote never closed is a ``corrupt_file`` at the record it opens
+    (before: the rest of the file became that record's text, its records silently gone)."""
+    (tmp_path / "stray.csv").write_text('id,text\n1,"ok" x\n2,fine\n3,"two\nlines"\n4,"b"y\n5,z\n')
+    kept, rejects = read(tmp_path / "stray.csv")
+    assert kept["source_line"].to_pylist() == [2, 3, 5]
+    assert kept["text"].to_pylist() == ["fine", "two\nlines", "z"]
+    assert reasons(rejects) == [(1, MALFORMED_RECORD), (4, MALFORMED_RECORD)]
+    assert rejects["sample"].to_pylist() == ['1,"ok" x', '4,"b"y']
+
+    (tmp_path / "open.csv").write_text('id,text\n1,"ok"\n2,"never closed\n3,after\n4,more\n')
+    kept, rejects = read(tmp_path / "open.csv")
+    assert kept["text"].to_pylist() == ["ok"]
+    assert reasons(rejects) == [(2, CORRUPT_FILE)]
+    assert "never closed" in rejects["value"][0].as_py()
+    assert rejects["sample"][0].as_py() == '2,"never closed\n3,after\n4,more'
+
+
+def test_csv_repeated_column_names_keep_every_value(tmp_path):
+    (tmp_path / "dup.csv").write_text("text,id,id,text\na,1,2,b\n")
+    kept, _ = read(tmp_path / "dup.csv")
+    assert kept["text"].to_pylist() == ["a"]
+    assert json.loads(kept["metadata"][0].as_py()) == {"id": "1", "id#2": "2", "text#2": "b"}
+
+
+@pytest.mark.parametrize("junk", [b"garbage!!", b"\x28\xb5\x2f\xfd" + b"\xff" * 64])
+def test_zstd_junk_after_good_frames_keeps_the_records_before_it(tmp_path, junk):
+    """Junk after complete frames (or a damaged frame header): the records decoded before it
+    are kept and one ``corrupt_file`` reject follows them (before: all were lost, line 0)."""
+    lines = b"".join(b'{"text": "doc %d"}\n' % i for i in range(20_000))
+    compressor = zstandard.ZstdCompressor()
+    path = tmp_path / "junk.jsonl.zst"
+    path.write_bytes(
+        compressor.compress(lines[:100_000]) + compressor.compress(lines[100_000:]) + junk
+    )
+    kept, rejects = read(path)
+    assert kept.num_rows == 20_000
+    assert reasons(rejects) == [(20_001, CORRUPT_FILE)]
+
+
+def test_a_blank_jsonl_file_read_in_ranges_is_one_empty_file_reject(tmp_path):
+    """Only blank lines, split into several byte ranges: the first range reports the file as
+    ``empty_file`` (before: no range did, and the file appeared nowhere); a file whose records
+    all lie after a blank first range gives no such reject."""
+    path = tmp_path / "blank.jsonl"
+    for data, expected in (
+        (b"\n  \n\n\r\n\n\n\n", [(0, EMPTY_FILE)]),
+        (b"\n" * 6 + b'{"text": "x"}\n', []),
+    ):
+        path.write_bytes(data)
+        ranges = line_ranges(path, 3)
+        assert len(ranges) == 3
+        results = [
+            result
+            for start, end, first in ranges
+            for result in read_documents(
+                str(path), path.name, IngestSpec(), byte_range=(start, end), first_line=first
+            )
+        ]
+        rejects = pa.concat_tables([r.rejects for r in results]) if results else None
+        assert (reasons(rejects) if rejects is not None else []) == expected
+        assert sum(r.kept.num_rows for r in results) == (0 if expected else 1)
 
 
 def test_a_50_mb_single_line_is_read(tmp_path):
