@@ -19,7 +19,7 @@ PIPELINE_ASSETS: tuple[str, ...] = (
 """The stages in order. Also the allow-list of names the catalog may turn into SQL views."""
 
 STAGE_CODE_VERSIONS: dict[str, str] = {
-    RAW_DOCUMENTS: "1",
+    RAW_DOCUMENTS: "2",
     NORMALIZED_DOCUMENTS: "1",
     TOKENIZED_DOCUMENTS: "1",
     FILTERED_DOCUMENTS: "2",
