@@ -18,10 +18,10 @@ import re
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
 
 import numpy as np
@@ -450,9 +450,17 @@ def list_input_files(
 ) -> list[tuple[Path, str]]:
     """Every input file under ``input_dir`` as (path, relative posix name), sorted by name.
 
-    Hidden files and folders (``.``-prefixed) are ignored. An unsupported or unreadable file fails
-    here, before any work starts, with its name in the message; so does (with ``data_root``) a
-    folder or file, a symlink included, that resolves outside the data root.
+    Hidden files and folders (``.``-prefixed) are ignored. Symlinked files and folders are
+    followed and named through the link (``link_dir/linked.jsonl``). Each real folder is read
+    once: a link to a folder already read (to an ancestor, a cycle, or a second name for the same
+    folder) is not followed, since its files are already listed under the other name. The name
+    a folder is read under is the one through the fewest links, the first in sorted order among
+    those: a folder of the input folder keeps its own name whatever links to it are called.
+
+    These fail here, before any work starts, with the file or folder in the message: an
+    unsupported or unreadable file; an unreadable folder; a file or folder name that is not
+    valid UTF-8 (it could not be recorded as ``source_file``; named by its bytes); with
+    ``data_root``, a folder or file, a symlink included, that resolves outside the data root.
     """
     root = Path(input_dir)
     if data_root is not None:
@@ -463,10 +471,15 @@ def list_input_files(
     if not root.is_dir():
         raise StageInputError(f"input folder {str(root)!r} does not exist or is not a folder")
     files = []
-    for path in sorted(root.rglob("*")):
-        rel = path.relative_to(root).as_posix()
-        if any(part.startswith(".") for part in path.relative_to(root).parts) or path.is_dir():
-            continue
+    for path, rel in sorted(_walk_input_folder(root, data_root), key=lambda f: f[1].parts):
+        try:
+            os.fsencode(path).decode("utf-8")
+        except UnicodeDecodeError:
+            raise StageInputError(
+                f"input file {os.fsencode(path)!r}: its name is not valid UTF-8, so it cannot "
+                "be recorded as the rows' source_file; rename it (or the folder holding it) to "
+                "UTF-8"
+            ) from None
         try:
             if data_root is not None:
                 inside(path, data_root, "input file")
@@ -475,10 +488,57 @@ def list_input_files(
             raise StageInputError(str(exc)) from exc
         if not os.access(path, os.R_OK):
             raise StageInputError(f"input file {str(path)!r} is not readable")
-        files.append((path, rel))
+        files.append((path, rel.as_posix()))
     if not files:
         raise StageInputError(f"input folder {str(root)!r} holds no input files")
     return files
+
+
+def _walk_input_folder(root: Path, data_root: Path | None) -> Iterator[tuple[Path, PurePosixPath]]:
+    """Every non-hidden entry under ``root`` that is not a folder, as (path through the links,
+    relative name), by :func:`list_input_files`' rule for links: first the tree reached without
+    a link, then the symlinked folders found in it (in sorted order), then those found in them,
+    and so on; a folder already read is not read again. A symlinked folder that resolves outside
+    ``data_root`` raises :class:`StageInputError`.
+
+    Folders are recognized by their (device, inode), so a link cycle ends and nothing is listed
+    twice through folder links (a symlinked *file* is a name of its own, listed like any file).
+    """
+    read: set[tuple[int, int]] = set()
+    tops = [(root, PurePosixPath())]
+    while tops:
+        links: list[tuple[Path, PurePosixPath]] = []
+        for top in sorted(tops, key=lambda folder: folder[1].parts):
+            folders = [top]
+            while folders:
+                folder, rel = folders.pop()
+                stat = folder.stat()
+                if (stat.st_dev, stat.st_ino) in read:
+                    continue
+                read.add((stat.st_dev, stat.st_ino))
+                try:
+                    with os.scandir(folder) as scan:
+                        entries = sorted(scan, key=lambda entry: entry.name)
+                except OSError as exc:
+                    raise StageInputError(
+                        f"input folder {str(folder)!r} cannot be read: {exc.strerror or exc}"
+                    ) from exc
+                for entry in entries:
+                    if entry.name.startswith("."):
+                        continue
+                    path, name = folder / entry.name, rel / entry.name
+                    if not entry.is_dir():  # follows links: a dangling one is listed as a file
+                        yield path, name
+                    elif not entry.is_symlink():
+                        folders.append((path, name))
+                    else:
+                        if data_root is not None:
+                            try:
+                                inside(path, data_root, "input folder")
+                            except PathEscapeError as exc:
+                                raise StageInputError(str(exc)) from exc
+                        links.append((path, name))
+        tops = links
 
 
 def line_ranges(path: Path, rows_per_shard: int) -> list[tuple[int, int, int]]:

@@ -77,3 +77,92 @@ def test_a_run_with_an_input_folder_outside_the_root_fails_naming_it(tmp_path, m
     message = _failure_message(result)
     assert "outside the data root" in message and str(data.resolve()) in message
     assert not (data / "warehouse" / "raw_documents").exists()
+
+
+def _rel_names(input_dir, root) -> list[str]:
+    return [rel for _, rel in list_input_files(input_dir, root.resolve())]
+
+
+def test_symlinked_subfolder_inside_the_root_is_read_through_its_name(tmp_path):
+    root = tmp_path / "data"
+    (root / "in").mkdir(parents=True)
+    (root / "in" / "a.jsonl").write_text('{"text": "direct"}\n')
+    ext = root / "ext"
+    (ext / "sub").mkdir(parents=True)
+    (ext / "linked.jsonl").write_text('{"text": "through the link"}\n')
+    (ext / "sub" / "deep.jsonl").write_text('{"text": "below the link"}\n')
+    (ext / ".hidden.jsonl").write_text("ignored: hidden, also behind a link\n")
+    (root / "in" / "link_dir").symlink_to(ext, target_is_directory=True)
+    (root / "in" / ".hidden_link").symlink_to(ext, target_is_directory=True)
+    assert _rel_names(root / "in", root) == [
+        "a.jsonl",
+        "link_dir/linked.jsonl",
+        "link_dir/sub/deep.jsonl",
+    ]
+    # Read through the link: the path is the link's, which resolves to the real file.
+    path = dict((rel, p) for p, rel in list_input_files(root / "in", root.resolve()))
+    assert path["link_dir/linked.jsonl"].resolve() == (ext / "linked.jsonl").resolve()
+
+
+def test_symlinked_subfolder_pointing_out_of_the_root_is_refused(tmp_path):
+    root = tmp_path / "data"
+    (root / "in").mkdir(parents=True)
+    (root / "in" / "a.jsonl").write_text('{"text": "direct"}\n')
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.jsonl").write_text('{"text": "not yours"}\n')
+    (root / "in" / "deeper").mkdir()
+    (root / "in" / "deeper" / "out_dir").symlink_to(outside, target_is_directory=True)
+    with pytest.raises(StageInputError) as err:
+        list_input_files(root / "in", root.resolve())
+    message = str(err.value)
+    assert "out_dir" in message and "outside the data root" in message
+    assert str(root.resolve()) in message and str(outside.resolve()) in message
+
+
+def test_symlink_cycles_and_aliases_read_each_real_folder_once(tmp_path):
+    """A link to an ancestor (a cycle) or a second name for a folder already read is not
+    followed; a folder inside the input folder keeps its real name even when a link to it sorts
+    first; a folder outside the input folder is read under the first link's name."""
+    root = tmp_path / "data"
+    (root / "in" / "sub").mkdir(parents=True)
+    (root / "in" / "a.jsonl").write_text('{"text": "a"}\n')
+    (root / "in" / "sub" / "b.jsonl").write_text('{"text": "b"}\n')
+    (root / "in" / "sub" / "back").symlink_to(root / "in", target_is_directory=True)
+    (root / "in" / "sub" / "self").symlink_to(".", target_is_directory=True)
+    (root / "in" / "0alias").symlink_to(root / "in" / "sub", target_is_directory=True)
+    ext = root / "ext"
+    ext.mkdir()
+    (ext / "c.jsonl").write_text('{"text": "c"}\n')
+    (ext / "up").symlink_to(root / "in", target_is_directory=True)  # back into the input
+    (root / "in" / "x1").symlink_to(ext, target_is_directory=True)
+    (root / "in" / "x2").symlink_to(ext, target_is_directory=True)
+    assert _rel_names(root / "in", root) == [
+        "a.jsonl",
+        "sub/b.jsonl",
+        "x1/c.jsonl",
+    ]
+
+
+def test_a_run_reads_the_files_under_a_symlinked_subfolder(tmp_path):
+    """raw_documents materialized for real: the linked file's rows carry the name through the
+    link as their source_file."""
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.jsonl").write_text('{"text": "read directly"}\n')
+    (tmp_path / "ext").mkdir()
+    (tmp_path / "ext" / "linked.jsonl").write_text('{"text": "read through the link"}\n')
+    (tmp_path / "in" / "link_dir").symlink_to(tmp_path / "ext", target_is_directory=True)
+    result = dg.materialize(
+        PIPELINE_ASSET_DEFS[:1],
+        resources={
+            "compute": ComputeResource(),
+            "warehouse": WarehouseResource(root=str(tmp_path / "wh")),
+        },
+        run_config={"ops": {"raw_documents": {"config": {"input_dir": str(tmp_path / "in")}}}},
+    )
+    assert result.success
+    catalog = WarehouseResource(root=str(tmp_path / "wh")).catalog()
+    assert catalog.query("SELECT source_file, text FROM raw_documents ORDER BY 1") == [
+        ("a.jsonl", "read directly"),
+        ("link_dir/linked.jsonl", "read through the link"),
+    ]

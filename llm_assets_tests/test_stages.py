@@ -66,6 +66,26 @@ def test_empty_or_missing_input_folder(tmp_path):
         list_input_files(tmp_path / "missing")
 
 
+@pytest.mark.parametrize(
+    "name",
+    [b"bad\xffname.jsonl", b"sub\xe9/ok.jsonl"],
+    ids=["file", "folder"],
+)
+def test_input_name_that_is_not_utf8_fails_naming_it(tmp_path, name):
+    """A file or folder name that is not UTF-8 cannot be recorded as ``source_file`` (nor hashed
+    into ``doc_id``): refused at planning, named by its bytes so the message itself prints."""
+    (tmp_path / "fine.jsonl").write_text('{"text": "fine"}\n')
+    bad = os.path.join(os.fsencode(tmp_path), name)
+    os.makedirs(os.path.dirname(bad), exist_ok=True)
+    with open(bad, "wb") as handle:
+        handle.write(b'{"text": "unreachable"}\n')
+    with pytest.raises(StageInputError, match=r"not valid UTF-8.*rename") as err:
+        list_input_files(tmp_path)
+    message = str(err.value)
+    message.encode("utf-8")  # printable: no lone surrogates from the undecodable bytes
+    assert repr(bad) in message
+
+
 def _line_ranges_reference(data: bytes, rows_per_shard: int) -> list[tuple[int, int, int]]:
     """The obvious implementation: split into lines, group them."""
     lines = data.split(b"\n")

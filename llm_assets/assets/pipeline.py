@@ -1,5 +1,8 @@
 """The five pipeline assets: thin wrappers that read config and call :mod:`llm_assets.stages`."""
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, Literal
 
 import dagster as dg
@@ -23,7 +26,7 @@ from llm_assets.constants import (
 from llm_assets.lib.batching import BatchSpec
 from llm_assets.lib.dedup import ExactDedupSpec, NearDedupSpec
 from llm_assets.lib.filters import FilterSpec, LabelSpec, LengthFilterSpec
-from llm_assets.lib.flagged import FlaggedWordsSpec
+from llm_assets.lib.flagged import FlaggedWordsSpec, load_word_list
 from llm_assets.lib.ingest import IngestSpec
 from llm_assets.lib.language import LanguageSpec
 from llm_assets.lib.normalize import NormalizeSpec
@@ -220,19 +223,79 @@ def _asset_kwargs(name: str) -> dict[str, Any]:
     }
 
 
-def validate_run_config(run_config: dict[str, Any]) -> None:
-    """Fail at the first step, before any work, when a later step's config is inconsistent."""
-    ops = run_config.get("ops", {}) if run_config else {}
-    filter_config = ops.get(FILTERED_DOCUMENTS, {}).get("config", {})
-    if filter_config:
-        filter_spec(FilterConfig(**filter_config))
-    batch_config = ops.get(TRAINING_BATCHES, {}).get("config", {})
-    if batch_config:
-        _batch_spec(BatchesConfig(**batch_config))
+def validate_run_config(run_config: dict[str, Any] | None, data_root: Path) -> None:
+    """Turn every step's config into its spec. Every asset calls this first, so whichever step
+    a run starts with, a bad setting of any of its steps fails the run there, before any shard
+    is computed, with a message naming the op and the setting. (Dagster checks only the
+    settings' types when the run starts; a step left out of the run has no config in it and is
+    checked with its defaults.)
+
+    The same builders as the assets', so nothing is checked twice in two ways. Cheap: no
+    tokenizer is built (a tokenizer path is looked at on disk), only a custom flagged-word list
+    is read (once per process). Raises :class:`~llm_assets.stages.StageInputError`.
+    """
+    ops = (run_config or {}).get("ops") or {}
+
+    def op_config(op: str) -> dict[str, Any]:
+        return (ops.get(op) or {}).get("config") or {}
+
+    with _config_errors(RAW_DOCUMENTS):
+        ingest_spec(RawDocumentsConfig(**op_config(RAW_DOCUMENTS)))
+    with _config_errors(NORMALIZED_DOCUMENTS):
+        normalize_spec(NormalizeConfig(**op_config(NORMALIZED_DOCUMENTS)))
+    with _config_errors(TOKENIZED_DOCUMENTS):
+        tokenizer_spec(TokenizeConfig(**op_config(TOKENIZED_DOCUMENTS)), data_root)
+    with _config_errors(FILTERED_DOCUMENTS):
+        filter_spec(FilterConfig(**op_config(FILTERED_DOCUMENTS)), data_root)
+    with _config_errors(TRAINING_BATCHES):
+        _batch_spec(BatchesConfig(**op_config(TRAINING_BATCHES)))
 
 
-def filter_spec(config: FilterConfig) -> FilterSpec:
-    """The filter chain of ``filtered_documents`` from its run config."""
+@contextmanager
+def _config_errors(op: str) -> Iterator[None]:
+    """Re-raise a bad setting found while building ``op``'s spec as a StageInputError that
+    starts with the op's name (the spec's own message names the setting)."""
+    try:
+        yield
+    except (ValueError, OSError) as exc:  # pydantic's ValidationError is a ValueError too
+        raise stages.StageInputError(f"{op}: {exc}") from exc
+
+
+def ingest_spec(config: RawDocumentsConfig) -> IngestSpec:
+    """How ``raw_documents`` reads its files (the spec checks its CSV delimiter)."""
+    return IngestSpec(text_field=config.text_field, csv_delimiter=config.csv_delimiter)
+
+
+def normalize_spec(config: NormalizeConfig) -> NormalizeSpec:
+    """The text rewrite of ``normalized_documents``, PII handling included."""
+    return NormalizeSpec(
+        preset=config.preset,
+        unicode_form=config.unicode_form,
+        strip_html=config.strip_html,
+        pii=PiiSpec(
+            mode=config.pii, kinds=tuple(config.pii_kinds), max_density=config.pii_max_density
+        ),
+    )
+
+
+def tokenizer_spec(config: TokenizeConfig, data_root: Path) -> TokenizerSpec:
+    """The tokenizer of ``tokenized_documents``. A tokenizer path is an input like any other:
+    it must exist (the spec checks, on disk only) and resolve inside the data root."""
+    spec = TokenizerSpec(
+        name=config.tokenizer,
+        engine=config.engine,
+        threads=config.threads,
+        prompt_template=config.prompt_template,
+    )
+    if spec.name != GPT2:
+        inside(spec.name, data_root, "tokenizer")
+    return spec
+
+
+def filter_spec(config: FilterConfig, data_root: Path) -> FilterSpec:
+    """The filter chain of ``filtered_documents`` from its run config. An enabled custom
+    flagged-word list must resolve inside the data root and is read here (a missing, unreadable,
+    non-UTF-8 or empty list is named as ``flagged_words.path``); a disabled one is never read."""
     label = None
     if config.label_field:
         label = LabelSpec(
@@ -247,6 +310,12 @@ def filter_spec(config: FilterConfig) -> FilterSpec:
         config.language,
         config.dedup,
     )
+    if f.enabled and f.path:
+        inside(f.path, data_root, "flagged_words.path")
+        try:
+            load_word_list(f.path)
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"flagged_words.path {f.path!r}: {exc}") from exc
     return FilterSpec(
         length=LengthFilterSpec(min_tokens=config.min_tokens, max_tokens=config.max_tokens),
         label=label,
@@ -305,8 +374,8 @@ def raw_documents(
 ) -> dg.MaterializeResult:
     """Every input file (JSONL, JSONL.gz/.zst, Parquet, CSV, TXT) as one row per document, with a
     stable ``doc_id`` and its source file and line; unreadable records are rejects with a reason."""
-    validate_run_config(context.run.run_config)
-    spec = IngestSpec(text_field=config.text_field, csv_delimiter=config.csv_delimiter)
+    validate_run_config(context.run.run_config, warehouse.data_root_path)
+    spec = ingest_spec(config)
     ctx = _context(context, compute, warehouse)
     report = stages.run_raw_documents(
         ctx, config.input_dir, spec, config.rows_per_shard, data_root=warehouse.data_root_path
@@ -322,14 +391,8 @@ def normalized_documents(
     warehouse: WarehouseResource,
 ) -> dg.MaterializeResult:
     """The documents' text after a named normalization preset."""
-    spec = NormalizeSpec(
-        preset=config.preset,
-        unicode_form=config.unicode_form,
-        strip_html=config.strip_html,
-        pii=PiiSpec(
-            mode=config.pii, kinds=tuple(config.pii_kinds), max_density=config.pii_max_density
-        ),
-    )
+    validate_run_config(context.run.run_config, warehouse.data_root_path)
+    spec = normalize_spec(config)
     ctx = _context(context, compute, warehouse)
     report = stages.run_normalized_documents(ctx, spec)
     return materialize_result(report, ctx.catalog, RAW_DOCUMENTS, preset=config.preset)
@@ -346,14 +409,8 @@ def tokenized_documents(
 ) -> dg.MaterializeResult:
     """Token ids (all of them, no truncation) and counts, with the tokenizer's name and
     vocabulary fingerprint in every shard's footer."""
-    if config.tokenizer != GPT2:  # a path to tokenizer files: an input like any other
-        inside(config.tokenizer, warehouse.data_root_path, "tokenizer")
-    spec = TokenizerSpec(
-        name=config.tokenizer,
-        engine=config.engine,
-        threads=config.threads,
-        prompt_template=config.prompt_template,
-    )
+    validate_run_config(context.run.run_config, warehouse.data_root_path)
+    spec = tokenizer_spec(config, warehouse.data_root_path)
     ctx = _context(context, compute, warehouse)
     report = stages.run_tokenized_documents(ctx, spec)
     return materialize_result(
@@ -372,9 +429,8 @@ def filtered_documents(
     warehouse: WarehouseResource,
 ) -> dg.MaterializeResult:
     """The documents that pass every filter; each dropped one is a reject with reason and value."""
-    spec = filter_spec(config)
-    if config.flagged_words.path:
-        inside(config.flagged_words.path, warehouse.data_root_path, "flagged words list")
+    validate_run_config(context.run.run_config, warehouse.data_root_path)
+    spec = filter_spec(config, warehouse.data_root_path)
     ctx = _context(context, compute, warehouse)
     report = stages.run_filtered_documents(ctx, spec)
     return materialize_result(report, ctx.catalog, TOKENIZED_DOCUMENTS)
@@ -390,10 +446,10 @@ def training_batches(
     """Shuffled (seeded), split into train/validation by document, and packed (padding-free) or
     padded into fixed-length sequences; ZSTD Parquet with the tokenizer and layout in its schema
     metadata."""
+    validate_run_config(context.run.run_config, warehouse.data_root_path)
+    spec = _batch_spec(config)
     ctx = _context(context, compute, warehouse)
-    report = stages.run_training_batches(
-        ctx, _batch_spec(config), config.zstd_level, megatron=config.megatron
-    )
+    report = stages.run_training_batches(ctx, spec, config.zstd_level, megatron=config.megatron)
     tokens = report.extra.get("tokens", 0)
     padding = report.extra.get("padding_tokens", 0)
     return materialize_result(

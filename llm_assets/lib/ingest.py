@@ -128,6 +128,15 @@ class IngestSpec:
     def __post_init__(self) -> None:
         if self.batch_rows < 1:
             raise ValueError(f"batch_rows must be at least 1, got {self.batch_rows}")
+        # The csv module checks its delimiter only when a file is opened, in a worker, after
+        # other shards' work: check it when the spec is made, at the run's first step.
+        delimiter = self.csv_delimiter
+        if len(delimiter) != 1:
+            raise ValueError(f"csv_delimiter must be one character, got {delimiter!r}")
+        if delimiter in '\r\n"':
+            raise ValueError(
+                f"csv_delimiter cannot be a line break or the quote character, got {delimiter!r}"
+            )
 
 
 def detect_format(path: str) -> str:

@@ -107,18 +107,20 @@ class PiiSpec:
     max_density: float = 0.05
 
     def __post_init__(self) -> None:
+        # Messages name the settings as normalized_documents' config spells them (pii,
+        # pii_kinds, pii_max_density): that is where a user sets them.
         if self.mode not in PII_MODES:
-            raise ValueError(f"pii mode must be one of {PII_MODES}, got {self.mode!r}")
+            raise ValueError(f"pii (the mode) must be one of {PII_MODES}, got {self.mode!r}")
         kinds = (self.kinds,) if isinstance(self.kinds, str) else tuple(self.kinds)
         unknown = [k for k in kinds if k not in PII_KINDS]
         if unknown:
-            raise ValueError(f"unknown pii kinds {unknown}; known kinds are {PII_KINDS}")
+            raise ValueError(f"pii_kinds has unknown kinds {unknown}; known kinds are {PII_KINDS}")
         if len(set(kinds)) != len(kinds):
-            raise ValueError(f"pii kinds listed twice: {kinds}")
+            raise ValueError(f"pii_kinds lists a kind twice: {kinds}")
         if not kinds and self.mode != "off":
-            raise ValueError("pii kinds must name at least one kind (or use mode='off')")
+            raise ValueError("pii_kinds must name at least one kind (or turn pii off)")
         if not self.max_density >= 0:
-            raise ValueError(f"pii max_density must be >= 0, got {self.max_density}")
+            raise ValueError(f"pii_max_density must be >= 0, got {self.max_density}")
         object.__setattr__(self, "kinds", kinds)
 
 

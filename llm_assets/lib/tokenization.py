@@ -58,6 +58,8 @@ GPT2_EOS = "<|endoftext|>"
 GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 ENGINES = ("auto", "tiktoken", "hf")
 TOKENIZE_STAGE = "tokenize"
+HF_FOLDER_FILES = ("tokenizer.json", "tokenizer_config.json")
+"""A tokenizer folder holds at least one of these (what ``AutoTokenizer`` reads locally)."""
 MISSING_PROMPT_FIELD = "missing_prompt_field"
 
 
@@ -148,10 +150,18 @@ class TokenizerSpec:
         if self.threads < 1:
             raise TokenizerError(f"tokenizer threads must be >= 1, got {self.threads}")
         if self.name != GPT2:
-            if not Path(self.name).exists():
+            # Checked on disk only (a stat and a folder listing): a name that is not a local
+            # path is never looked up on a model hub, as nothing is downloaded at run time.
+            path = Path(self.name)
+            if not path.exists():
                 raise TokenizerError(
                     f"tokenizer {self.name!r} is neither 'gpt2' nor an existing tokenizer.json "
                     "file or tokenizer folder"
+                )
+            if path.is_dir() and not any((path / name).is_file() for name in HF_FOLDER_FILES):
+                raise TokenizerError(
+                    f"tokenizer folder {self.name!r} holds none of {HF_FOLDER_FILES}, the files "
+                    "transformers builds a tokenizer from (save one with save_pretrained)"
                 )
             if self.engine == "tiktoken":
                 raise TokenizerError(

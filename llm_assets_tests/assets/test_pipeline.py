@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -14,16 +15,18 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from llm_assets.assets.pipeline import PIPELINE_ASSET_DEFS
+from llm_assets.assets.pipeline import PIPELINE_ASSET_DEFS, validate_run_config
 from llm_assets.compute.resource import ComputeResource
 from llm_assets.constants import (
     FILTERED_DOCUMENTS,
+    NORMALIZED_DOCUMENTS,
     PIPELINE_ASSETS,
     RAW_DOCUMENTS,
     TOKENIZED_DOCUMENTS,
     TRAINING_BATCHES,
 )
 from llm_assets.lib.batching import length_histogram
+from llm_assets.stages import StageInputError
 from llm_assets.warehouse.resource import WarehouseResource
 from llm_assets_tests.conftest import REPO, pipeline_run_config
 
@@ -322,6 +325,116 @@ def test_min_tokens_above_max_tokens_fails_at_the_first_step(sample_input, tmp_p
     assert "max_tokens" in message and "min_tokens" in message
     failed = [e.step_key for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
     assert failed == ["raw_documents"]
+
+
+def _bad_settings(tmp_path: Path) -> dict[str, tuple[dict, list[str]]]:
+    """Case -> (per-op run config overrides, what the failure message must contain); paths are
+    under ``tmp_path`` (inside the tests' data root) unless the case is about leaving it."""
+    missing = str(tmp_path / "missing")
+    return {
+        "csv_delimiter_two_chars": (
+            {RAW_DOCUMENTS: {"csv_delimiter": ";;"}},
+            ["raw_documents", "csv_delimiter must be one character", "';;'"],
+        ),
+        "csv_delimiter_empty": (
+            {RAW_DOCUMENTS: {"csv_delimiter": ""}},
+            ["raw_documents", "csv_delimiter must be one character", "''"],
+        ),
+        "csv_delimiter_newline": (
+            {RAW_DOCUMENTS: {"csv_delimiter": "\n"}},
+            ["raw_documents", "csv_delimiter", "line break"],
+        ),
+        "pii_kinds": (
+            {NORMALIZED_DOCUMENTS: {"pii_kinds": ["bogus"]}},
+            ["normalized_documents", "pii_kinds", "bogus"],
+        ),
+        "pii_max_density": (
+            {NORMALIZED_DOCUMENTS: {"pii_max_density": -1.0}},
+            ["normalized_documents", "pii_max_density"],
+        ),
+        "tokenizer_missing_in_root": (
+            {TOKENIZED_DOCUMENTS: {"tokenizer": missing}},
+            ["tokenized_documents", "tokenizer", missing, "neither 'gpt2' nor"],
+        ),
+        "tokenizer_missing_anywhere": (
+            {TOKENIZED_DOCUMENTS: {"tokenizer": "/missing/path"}},
+            ["tokenized_documents", "tokenizer", "/missing/path"],
+        ),
+        "tokenizer_folder_without_files": (
+            {TOKENIZED_DOCUMENTS: {"tokenizer": str(tmp_path / "empty_folder")}},
+            ["tokenized_documents", "tokenizer", "empty_folder", "tokenizer.json"],
+        ),
+        "tokenizer_outside_the_root": (
+            {TOKENIZED_DOCUMENTS: {"tokenizer": str(REPO / "pyproject.toml")}},
+            ["tokenized_documents", "tokenizer", "outside the data root"],
+        ),
+        "flagged_words_path_missing": (
+            {FILTERED_DOCUMENTS: {"flagged_words": {"path": missing}}},
+            ["filtered_documents", "flagged_words.path", missing, "not found"],
+        ),
+        "flagged_words_path_outside_the_root": (
+            {FILTERED_DOCUMENTS: {"flagged_words": {"path": str(REPO / "README.md")}}},
+            ["filtered_documents", "flagged_words.path", "outside the data root"],
+        ),
+    }
+
+
+@pytest.mark.parametrize("case", list(_bad_settings(Path("/unused"))))
+def test_a_bad_setting_of_any_step_fails_the_first_step_naming_it(sample_input, tmp_path, case):
+    """Every step's config is turned into its spec at the first step: a bad setting anywhere
+    fails the run there, naming the op and the setting, before any shard is computed."""
+    (tmp_path / "empty_folder").mkdir()
+    ops, expected = _bad_settings(tmp_path)[case]
+    result = materialize(sample_input, tmp_path / "wh", **ops)
+    assert not result.success
+    failed = [e.step_key for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    assert failed == [RAW_DOCUMENTS]
+    message = _failure_message(result)
+    assert all(part in message for part in expected), message
+    assert "StageInputError" in message
+    assert not (tmp_path / "wh" / RAW_DOCUMENTS).exists()
+
+
+def test_a_run_of_later_steps_fails_at_its_own_first_step(tmp_path):
+    """A run that starts at normalized_documents checks tokenized_documents' config before it
+    normalizes anything (and before it looks for raw_documents' shards)."""
+    result = dg.materialize(
+        PIPELINE_ASSET_DEFS[1:3],
+        resources={
+            "compute": ComputeResource(),
+            "warehouse": WarehouseResource(root=str(tmp_path / "wh")),
+        },
+        run_config={
+            "ops": {TOKENIZED_DOCUMENTS: {"config": {"tokenizer": str(tmp_path / "gone")}}}
+        },
+        raise_on_error=False,
+    )
+    assert not result.success
+    failed = [e.step_key for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    assert failed == [NORMALIZED_DOCUMENTS]
+    message = _failure_message(result)
+    assert "tokenized_documents: tokenizer" in message and "gone" in message
+
+
+def test_a_disabled_flagged_words_list_is_not_checked(tmp_path):
+    """flagged_words.enabled=false: the list is never read, so a stale path does not fail."""
+    ops = {FILTERED_DOCUMENTS: {"config": {"flagged_words": {"enabled": False, "path": "/gone"}}}}
+    validate_run_config({"ops": ops}, tmp_path)
+    ops[FILTERED_DOCUMENTS]["config"]["flagged_words"]["enabled"] = True
+    with pytest.raises(StageInputError, match=r"filtered_documents: flagged_words\.path '/gone'"):
+        validate_run_config({"ops": ops}, tmp_path)
+
+
+def test_an_input_name_that_is_not_utf8_fails_before_any_work(tmp_path):
+    (tmp_path / "input").mkdir()
+    (tmp_path / "input" / "fine.jsonl").write_text('{"text": "fine"}\n')
+    with open(os.fsencode(tmp_path / "input") + b"/bad\xffname.jsonl", "wb") as handle:
+        handle.write(b'{"text": "never read"}\n')
+    result = materialize(tmp_path / "input", tmp_path / "wh")
+    assert not result.success
+    message = _failure_message(result)
+    assert "bad\\xffname.jsonl" in message and "not valid UTF-8" in message and "rename" in message
+    assert not (tmp_path / "wh" / RAW_DOCUMENTS).exists()
 
 
 def test_bad_rows_in_a_new_file_are_rejects_and_the_run_succeeds(sample_input, tmp_path):

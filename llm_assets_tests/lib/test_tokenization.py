@@ -236,6 +236,14 @@ def test_bad_tokenizer_config_is_a_clear_error(tmp_path: Path):
     (tmp_path / "tok.json").write_text("{}")
     with pytest.raises(TokenizerError, match="only serves GPT-2"):
         TokenizerSpec(name=str(tmp_path / "tok.json"), engine="tiktoken")
+    # A folder without the files transformers reads is refused at once, on disk only (no model
+    # hub is asked); one holding either file passes (building it is the worker's job).
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "folder" / "vocab.json").write_text("{}")
+    with pytest.raises(TokenizerError, match=r"folder .* holds none of .*tokenizer\.json"):
+        TokenizerSpec(name=str(tmp_path / "folder"))
+    (tmp_path / "folder" / "tokenizer_config.json").write_text("{}")
+    assert TokenizerSpec(name=str(tmp_path / "folder")).name == str(tmp_path / "folder")
 
 
 TEMPLATE = "### Instruction:\n{instruction}\n\n### Response:\n"
