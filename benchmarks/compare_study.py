@@ -231,7 +231,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--small", type=int, default=32_000, help="size of the Ray wall target")
     parser.add_argument("--data-dir", default=str(DATA_DIR))
     parser.add_argument("--out", default=str(RESULTS_DIR))
-    parser.add_argument("--catalog", default="", help="also append results to this DuckDB file")
+    parser.add_argument(
+        "--catalog", default="", help="also append each result to this DuckDB file when measured"
+    )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
@@ -271,9 +273,18 @@ def main(argv: list[str] | None = None) -> int:
             bounds[size] = kernels_bound(lines, workers, STUDY_MIN_TOKENS)
             del lines
             log.info(f"kernels in memory @{size:,}: {bounds[size].rows_per_second:,.0f} rows/s")
-    results = run_benchmark(plan, data_dir=args.data_dir, work_dir=out / f"work-{stamp}", log=log)
-    summaries = summarize(results)
     machine, commit = machine_info(), git_commit()
+    catalog = Catalog(args.catalog) if args.catalog else None
+
+    def record(result: RunResult) -> None:
+        """Append each repetition as it is measured: a failure later keeps it."""
+        if catalog is not None:
+            record_results(catalog, f"compare-{stamp}", [result], machine=machine, commit=commit)
+
+    results = run_benchmark(
+        plan, data_dir=args.data_dir, work_dir=out / f"work-{stamp}", log=log, on_result=record
+    )
+    summaries = summarize(results)
     targets = evaluate_targets(summaries, ceilings, args.mid, args.big, args.small)
     charts = write_charts(summaries, out / f"compare-{stamp}")
     report = markdown_report(summaries, machine=machine, commit=commit)
@@ -304,8 +315,6 @@ def main(argv: list[str] | None = None) -> int:
         "targets": targets,
     }
     (out / f"compare-{stamp}.json").write_text(json.dumps(payload, indent=2, default=str))
-    if args.catalog:
-        record_results(Catalog(args.catalog), f"compare-{stamp}", results, commit=commit)
     print(report)
     print(f"written: {out / f'compare-{stamp}.md'} and .json")
     return 0

@@ -984,12 +984,18 @@ def generate_records(
         foreign_fraction: share of paragraphs in a language other than English.
         duplicate_fraction: share of records that copy an earlier paragraph (from the last
             2048): ``near_duplicate_share`` of them with a few words replaced, the rest exact.
+            Below 1: a copy needs an original before it.
         near_duplicate_share: share of the duplicates that are near (edited) copies.
         style: :data:`WIKITEXT` (the raw WikiText-2 formatting) or :data:`PLAIN`.
         with_meta: also yield ``lang`` and ``kind`` (one of :data:`RECORD_KINDS`).
     """
     _check_fraction("foreign_fraction", foreign_fraction)
     _check_fraction("duplicate_fraction", duplicate_fraction)
+    if duplicate_fraction == 1.0:
+        raise ValueError(
+            "duplicate_fraction must be below 1: every record would copy an earlier paragraph, "
+            "and the first has none to copy"
+        )
     _check_fraction("near_duplicate_share", near_duplicate_share)
     if n < 0:
         raise ValueError(f"n must be >= 0, got {n}")
@@ -1747,9 +1753,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             rate = written / max(now - started, 1e-9)
             print(f"{written:,}/{args.rows:,} rows ({rate:,.0f} rows/s)", file=sys.stderr)
 
-    path = write_corpus(
-        args.out, args.rows, args.seed, kind=args.kind, progress=progress, **options
-    )
+    try:
+        path = write_corpus(
+            args.out, args.rows, args.seed, kind=args.kind, progress=progress, **options
+        )
+    except ValueError as exc:  # the generators check their options before writing anything
+        parser.error(str(exc))
     elapsed = time.perf_counter() - started
     print(f"wrote {args.rows:,} rows to {path} in {elapsed:.1f} s", file=sys.stderr)
     return 0

@@ -254,6 +254,21 @@ def test_command_line_writes_rows_and_reports_progress(tmp_path, capsys):
     assert len(read_rows(reviews)) == 40
 
 
+def test_command_line_refuses_an_all_duplicate_corpus_with_a_message(tmp_path, capsys):
+    """Every record a copy of an earlier one is impossible (the first has nothing to copy): the
+    command line says so as a usage error and writes nothing, instead of an IndexError."""
+    out = tmp_path / "dups.jsonl"
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--rows", "10", "--duplicate-fraction", "1.0", "--out", str(out)])
+    assert exit_info.value.code == 2
+    assert "duplicate_fraction must be below 1" in capsys.readouterr().err
+    assert not out.exists()
+    # Just below 1 works: an original first, then nearly only copies.
+    records = generate_records(200, duplicate_fraction=0.99, with_meta=True)
+    kinds = Counter(r["kind"] for r in records)
+    assert kinds[KIND_DUPLICATE] + kinds[KIND_NEAR_DUPLICATE] > 150
+
+
 # --- the shipped sample -----------------------------------------------------------------------
 def test_shipped_sample_is_what_make_sample_writes(tmp_path):
     counts = make_sample(tmp_path)

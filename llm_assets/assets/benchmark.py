@@ -9,6 +9,7 @@ from pydantic import Field
 from llm_assets import stages
 from llm_assets.bench.reference import REFERENCE_RUNNERS
 from llm_assets.bench.report import (
+    HISTORY_SQL,
     RESULTS_TABLE,
     git_commit,
     image_markdown,
@@ -18,7 +19,7 @@ from llm_assets.bench.report import (
     winners,
     write_charts,
 )
-from llm_assets.bench.runner import BenchmarkPlan, Workload, run_benchmark, summarize
+from llm_assets.bench.runner import BenchmarkPlan, RunResult, Workload, run_benchmark, summarize
 from llm_assets.constants import BENCHMARK_REPORT, CATALOG_POOL
 from llm_assets.warehouse.resource import WarehouseResource
 
@@ -34,7 +35,9 @@ class BenchmarkConfig(dg.Config):
         description="Our compute backends to measure: in_process, multiprocess, ray",
     )
     repetitions: int = Field(3, description="Measured runs per size and backend (median kept)")
-    workers: int = Field(0, description="Worker processes / Ray CPUs; 0 means every core")
+    workers: int = Field(
+        0, description="Worker processes / Ray CPUs; 0 means every core (negative: refused)"
+    )
     include_reference: bool = Field(
         True, description="Also re-measure the study's own runners on the same rows"
     )
@@ -59,7 +62,8 @@ def benchmark_report(
     """How fast, and with how much memory, each compute backend runs the published study's
     workload (``ascii_lower``, GPT-2, drop < 10 tokens, batches) on this machine, at several sizes
     of generated data, next to the study's own runners re-measured here; every repetition is
-    appended to the catalog table ``benchmark_results`` (history across runs and commits)."""
+    appended to the catalog table ``benchmark_results`` (history across runs and commits) as soon
+    as it is measured, so a run that fails midway keeps what it measured."""
     run_id = context.run.run_id
     base = warehouse.root_path / BENCHMARK_REPORT
     run_dir = base / run_id
@@ -76,17 +80,32 @@ def benchmark_report(
         workload=Workload(rows_per_shard=config.rows_per_shard),
     )
     context.log.info(f"benchmark: {len(plan.runs())} configuration(s) x {plan.repetitions} run(s)")
-    try:
-        results = run_benchmark(
-            plan, data_dir=base / "data" / f"seed-{config.seed}", work_dir=work_dir, log=context.log
-        )
-    finally:
-        shutil.rmtree(work_dir, ignore_errors=True)
-    summaries = summarize(results)
     machine = machine_info()
     commit = git_commit()
     catalog = warehouse.catalog()
-    written = record_results(catalog, run_id, results, machine=machine, commit=commit)
+    written = 0
+
+    def record(result: RunResult) -> None:
+        nonlocal written
+        written += record_results(catalog, run_id, [result], machine=machine, commit=commit)
+
+    try:
+        results = run_benchmark(
+            plan,
+            data_dir=base / "data" / f"seed-{config.seed}",
+            work_dir=work_dir,
+            log=context.log,
+            on_result=record,
+        )
+    except Exception:
+        context.log.error(
+            f"benchmark: failed; the {written} repetition(s) measured before are kept in "
+            f"{RESULTS_TABLE}"
+        )
+        raise
+    finally:
+        shutil.rmtree(work_dir, ignore_errors=True)
+    summaries = summarize(results)
     context.log.info(f"benchmark: {written} result row(s) appended to {RESULTS_TABLE}")
     charts = write_charts(summaries, run_dir)
     images = {
@@ -110,11 +129,7 @@ def benchmark_report(
             "rows_recorded": written,
             "git_commit": commit or "unknown",
             "machine": dg.MetadataValue.json(machine),
-            "query": dg.MetadataValue.md(
-                f"```sql\n-- duckdb {catalog.path}\nSELECT benchmark_run_id, git_commit, size, "
-                f"runner, backend, median(seconds), median(rows_per_second), "
-                f"max(peak_total_pss_mb)\nFROM {RESULTS_TABLE} GROUP BY ALL ORDER BY ALL;\n```"
-            ),
+            "query": dg.MetadataValue.md(f"```sql\n-- duckdb {catalog.path}\n{HISTORY_SQL}\n```"),
             "config": dg.MetadataValue.json(json.loads(config.model_dump_json())),
         }
     )

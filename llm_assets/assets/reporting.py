@@ -8,6 +8,7 @@ from typing import Any
 import dagster as dg
 import pyarrow.parquet as pq
 
+from llm_assets.compute.resource import ComputeResource
 from llm_assets.constants import ROWS_REJECTED_CHECK, TRAINING_BATCHES
 from llm_assets.stages import StageReport
 from llm_assets.warehouse.catalog import Catalog
@@ -112,6 +113,29 @@ def reconcile_check(
     )
 
 
+def compute_metadata() -> dict[str, Any]:
+    """Which backend computed the stage, from the run's ``compute`` resource: its name, or for
+    backend ``auto`` the backend(s) it chose and, per backend run, the input rows it estimated
+    (otherwise only in the log). Empty outside a Dagster asset or without that resource."""
+    try:
+        context = dg.AssetExecutionContext.get()
+    except dg.DagsterInvariantViolationError:
+        return {}
+    compute = getattr(context.resources, "compute", None)
+    if not isinstance(compute, ComputeResource):
+        return {}
+    choices = compute.take_backend_choices()
+    if choices is None:
+        return {"compute_backend": compute.backend}
+    chosen = list(dict.fromkeys(backend for _, backend in choices))
+    return {
+        "compute_backend": ", ".join(chosen) if chosen else "auto (no shard computed)",
+        "compute_backend_choices": dg.MetadataValue.json(
+            [{"estimated_rows": rows, "backend": backend} for rows, backend in choices]
+        ),
+    }
+
+
 def materialize_result(
     report: StageReport, catalog: Catalog, upstream: str | None, **extra: Any
 ) -> dg.MaterializeResult:
@@ -145,6 +169,7 @@ def _materialize_result(
             "-- why was a document dropped?\n"
             "SELECT stage, reason, value FROM rejects WHERE doc_id = '<doc_id>';\n```"
         ),
+        **compute_metadata(),
     }
     for key, value in {**report.extra, **extra}.items():
         if isinstance(value, float):

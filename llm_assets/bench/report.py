@@ -62,6 +62,18 @@ ALTER TABLE {RESULTS_TABLE} ADD COLUMN IF NOT EXISTS stage_parts JSON;
 """
 _COLUMNS = 28
 
+HISTORY_SQL = f"""SELECT benchmark_run_id, git_commit, size, runner, backend,
+       median(seconds) AS seconds, median(rows_per_second) AS rows_s,
+       max(peak_total_pss_mb) AS peak_mb, min(recorded_at) AS measured_at
+FROM {RESULTS_TABLE} GROUP BY ALL ORDER BY measured_at, size, runner, backend;"""
+"""Every run's medians in the order they were measured (run ids are UUIDs: their order is not
+time's). The same query opens "History in SQL" in benchmarks/README.md; a test holds them equal."""
+
+SIZE_MATCH = 0.10
+"""The study's published row is set beside a re-measured size only within this share of its rows
+(32,000 for the study's 32,432): at other sizes start-up weighs differently, and a ratio would
+compare unlike things."""
+
 STUDY_LABELS = {"single": "single process", "multiprocessing": "multiprocessing", "ray": "Ray"}
 
 
@@ -77,16 +89,32 @@ def machine_info() -> dict[str, Any]:
     }
 
 
-def git_commit(path: str | Path | None = None) -> str | None:
-    """The commit of the checkout holding this package (None outside a git checkout)."""
-    where = Path(path) if path else Path(__file__).resolve().parent
+def _git(where: Path, *args: str) -> str | None:
+    """``git <args>``'s output in ``where``, stripped; None when git fails or is missing."""
     try:
         out = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=where, capture_output=True, text=True, timeout=10
+            # --no-optional-locks: a status must not rewrite the index of the checkout it reads
+            ["git", "--no-optional-locks", *args],
+            cwd=where,
+            capture_output=True,
+            text=True,
+            timeout=10,
         )
     except (OSError, subprocess.SubprocessError):
         return None
-    return out.stdout.strip() or None if out.returncode == 0 else None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def git_commit(path: str | Path | None = None) -> str | None:
+    """The commit of the checkout holding this package, ``<hash>-dirty`` when tracked files have
+    uncommitted changes (as ``git describe --dirty``: untracked files do not count), so a result
+    measured on edited code is never filed under the clean commit. None outside a git checkout."""
+    where = Path(path) if path else Path(__file__).resolve().parent
+    head = _git(where, "rev-parse", "HEAD")
+    if not head:
+        return None
+    changes = _git(where, "status", "--porcelain", "--untracked-files=no")
+    return f"{head}-dirty" if changes else head
 
 
 # --- the history table ----------------------------------------------------------------------------
@@ -168,6 +196,22 @@ def _reference_single(summaries: Sequence[Summary], size: int) -> Summary | None
     )
 
 
+def _memory(result: RunResult) -> str:
+    """Peak memory in MB, marked ``(RSS)`` when PSS could not be read for some process in some
+    repetition: RSS counts shared pages once per process, so it overstates the sum."""
+    return _n(result.peak_total_pss_mb) + (" (RSS)" if result.memory_kind == "rss" else "")
+
+
+def memory_note(summaries: Sequence[Summary]) -> str:
+    """A line under the tables when a figure is marked (RSS); empty otherwise."""
+    if not any(s.median.memory_kind == "rss" for s in summaries):
+        return ""
+    return (
+        "_(RSS): PSS could not be read for some process in at least one repetition; its RSS "
+        "was summed instead, which counts shared pages once per process (an overestimate)._"
+    )
+
+
 def _each(summary: Summary) -> str:
     """Every repetition's seconds, in the order they ran: the spread around the median shows
     whether a figure the median reaches is also reached by the slowest repetition."""
@@ -190,7 +234,7 @@ def ours_table(summaries: Sequence[Summary]) -> str:
             f"| {_n(s.size)} | {s.backend} | {m.seconds:.2f} | {_each(s)} | "
             f"{m.startup_seconds:.2f} | "
             f"{_n(m.rows_per_second)} | {_n(m.tokens_per_second)} | {m.mb_per_second:.2f} | "
-            f"{_n(m.peak_total_pss_mb)} | {_n(m.peak_driver_rss_mb)} | {m.cpu_seconds:.1f} | "
+            f"{_memory(m)} | {_n(m.peak_driver_rss_mb)} | {m.cpu_seconds:.1f} | "
             f"{ratio} |"
         )
     return "\n".join(lines)
@@ -211,13 +255,14 @@ def reference_table(summaries: Sequence[Summary]) -> str:
         lines.append(
             f"| {_n(s.size)} | {STUDY_LABELS.get(s.backend, s.backend)} | {m.workers} | "
             f"{m.seconds:.2f} | {_each(s)} | {m.startup_seconds:.2f} | {_n(m.rows_per_second)} | "
-            f"{_n(m.peak_total_pss_mb)} | {_n(m.peak_driver_rss_mb)} | {m.cpu_seconds:.1f} |"
+            f"{_memory(m)} | {_n(m.peak_driver_rss_mb)} | {m.cpu_seconds:.1f} |"
         )
     return "\n".join(lines)
 
 
 def study_table(summaries: Sequence[Summary], study: Sequence[StudyRow] = STUDY_RESULTS) -> str:
-    """The study's published figures next to the same runner re-measured here (nearest size)."""
+    """The study's published figures next to the same runner re-measured here at a matching size
+    (within :data:`SIZE_MATCH`; the nearest of those), else ``-``."""
     lines = [
         "| rows (study) | runner (study) | seconds | rows/s | peak MB (driver) "
         "| re-measured here: rows | rows/s | driver RSS MB | here / study |",
@@ -225,7 +270,11 @@ def study_table(summaries: Sequence[Summary], study: Sequence[StudyRow] = STUDY_
     ]
     refs = _by_size(summaries, REFERENCE)
     for row in study:
-        same = [s for s in refs if s.backend == row.runner]
+        same = [
+            s
+            for s in refs
+            if s.backend == row.runner and abs(s.size - row.rows) <= SIZE_MATCH * row.rows
+        ]
         here = min(same, key=lambda s: abs(s.size - row.rows), default=None)
         if here is None:
             tail = "- | - | - | - |"
@@ -239,6 +288,11 @@ def study_table(summaries: Sequence[Summary], study: Sequence[StudyRow] = STUDY_
             f"| {_n(row.rows)} | {row.detail} | {row.seconds:.2f} | {_n(row.rows_per_second)} | "
             f"{_n(row.peak_driver_mb)} | {tail}"
         )
+    lines += [
+        "",
+        f"_`-`: the runner was not re-measured here at a size within ±{SIZE_MATCH:.0%} of the "
+        "study's rows; a ratio across sizes would mix start-up with throughput._",
+    ]
     return "\n".join(lines)
 
 
@@ -291,28 +345,43 @@ def parts_table(summaries: Sequence[Summary]) -> str:
 
 
 def winners(summaries: Sequence[Summary]) -> dict[int, Summary]:
-    """The fastest of our backends at each size (lowest median wall time)."""
-    best: dict[int, Summary] = {}
+    """The fastest of our backends (lowest median wall time; by name on a tie, as backend
+    ``auto`` breaks it) at each size where this run measured at least two of them."""
+    by_size: dict[int, list[Summary]] = {}
     for s in _by_size(summaries, OURS):
-        if s.size not in best or s.median.seconds < best[s.size].median.seconds:
-            best[s.size] = s
-    return best
+        by_size.setdefault(s.size, []).append(s)
+    return {
+        size: min(measured, key=lambda s: (s.median.seconds, s.backend))
+        for size, measured in by_size.items()
+        if len(measured) > 1
+    }
 
 
 def recommendations(summaries: Sequence[Summary]) -> list[str]:
-    """One line per size: which backend to use on this machine, and by how much it wins."""
+    """One line per size: which backend to use on this machine, and by how much it wins; only
+    among the backends this run measured, and no recommendation where it measured one."""
     ours = _by_size(summaries, OURS)
+    best_by_size = winners(summaries)
     lines = []
-    for size, best in sorted(winners(summaries).items()):
+    for size in sorted({s.size for s in ours}):
+        measured = [s for s in ours if s.size == size]
+        best = best_by_size.get(size)
+        if best is None:
+            (only,) = measured
+            lines.append(
+                f"- **{_n(size)} rows:** only `{only.backend}` was measured in this run "
+                f"({only.median.seconds:.2f} s): nothing to compare it with, no recommendation"
+            )
+            continue
         others = sorted(
-            (s for s in ours if s.size == size and s is not best), key=lambda s: s.median.seconds
+            (s for s in measured if s is not best), key=lambda s: (s.median.seconds, s.backend)
         )
         versus = ", ".join(
             f"{s.backend} {s.median.seconds / best.median.seconds:.2f}x slower" for s in others
         )
         lines.append(
             f"- **{_n(size)} rows: `{best.backend}`** ({best.median.seconds:.2f} s, "
-            f"{_n(best.median.rows_per_second)} rows/s" + (f"; {versus}" if versus else "") + ")"
+            f"{_n(best.median.rows_per_second)} rows/s; {versus})"
         )
     return lines
 
@@ -330,16 +399,20 @@ def markdown_report(
         "## Benchmark: the study's workload on every backend",
         f"Machine: {machine['cores']} cores, {machine['memory_gb']} GB "
         f"({machine.get('platform', '')}); commit `{commit or 'unknown'}`. Workload: normalize "
-        "`ascii_lower`, GPT-2, drop < 10 tokens, pack batches. Medians of the repetitions; "
-        "seconds include backend start-up (worker spawn, local Ray start; the driver works on "
-        "shards while Ray starts, so Ray's start-up overlaps processing); memory is the peak "
-        "sum of PSS over the driver and all its descendant processes.",
+        "`ascii_lower`, GPT-2, drop < 10 tokens, pack batches. Every figure is the median of "
+        "the repetitions, taken figure by figure (the mean of the middle two for an even "
+        "count: the `median()` backend `auto` uses); rows/s, tokens/s and MB/s divide by the "
+        "median seconds. Seconds include backend start-up (worker spawn, local Ray start; the "
+        "driver works on shards while Ray starts, so Ray's start-up overlaps processing); "
+        "tokens count the documents kept (10 tokens or more), ours and the study's alike; "
+        "memory is the peak sum of PSS over the driver and all its descendant processes.",
         "### Recommendation (fastest backend per size on this machine)",
         "\n".join(recommendations(summaries)) or "_no runs_",
         "### Our pipeline",
         ours_table(summaries),
         "### The study's runners, re-measured here",
         reference_table(summaries),
+        *([note] if (note := memory_note(summaries)) else []),
         "### The study's published table, side by side",
         study_table(summaries),
         "### Seconds per stage (our pipeline)",

@@ -26,7 +26,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -83,11 +83,13 @@ class RunResult:
     """Our backend (in_process, multiprocess, ray) or the study's runner (single, ...)."""
     size: int
     repetition: int
-    """1-based; 0 is the warm-up (not counted)."""
+    """1-based; 0 is the warm-up (not counted), or a :class:`Summary`'s medians (no one run)."""
     workers: int
     rows_in: int
     rows_out: int
     tokens: int
+    """GPT-2 tokens of the documents kept (``rows_out``: 10 tokens or more), the figure the
+    study's runners count; ``tokens_per_second`` divides it by the whole run's seconds."""
     bytes_in: int
     seconds: float
     startup_seconds: float
@@ -227,6 +229,11 @@ def run_pipeline(
             for report in (raw, normalized, tokenized, filtered, batches)
         }
         seconds = time.perf_counter() - started
+        # After the clock: the tokens of the kept documents, as the study's runners count them
+        # (tokenized.extra["tokens"] also holds those of documents the filter dropped).
+        tokens = int(
+            ctx.catalog.query(f"SELECT coalesce(sum(n_tokens), 0) FROM {FILTERED_DOCUMENTS}")[0][0]
+        )
     finally:
         closing = time.perf_counter()
         compute.close()
@@ -247,7 +254,7 @@ def run_pipeline(
         workers=compute.parallelism if backend != "ray" else (workers or os.cpu_count() or 1),
         rows_in=raw.rows_in,
         rows_out=filtered.rows_out,
-        tokens=int(tokenized.extra.get("tokens", 0)),
+        tokens=tokens,
         bytes_in=bytes_in,
         seconds=seconds,
         startup_seconds=startup,
@@ -321,6 +328,8 @@ class BenchmarkPlan:
     def __post_init__(self) -> None:
         if self.repetitions < 1:
             raise ValueError(f"repetitions must be >= 1, got {self.repetitions}")
+        if self.workers < 0:
+            raise ValueError(f"workers must be >= 0 (0: every core), got {self.workers}")
         if not self.sizes or any(s < 1 for s in self.sizes):
             raise ValueError(f"sizes must be positive row counts, got {self.sizes}")
         for backend in self.backends:
@@ -329,6 +338,12 @@ class BenchmarkPlan:
         for runner in self.reference_runners:
             if runner not in REFERENCE_RUNNERS:
                 raise ValueError(f"unknown study runner {runner!r}; choose {REFERENCE_RUNNERS}")
+        if not self.runs():
+            raise ValueError(
+                "nothing to measure: no backends, and no study runner at these sizes "
+                f"(backends {list(self.backends)}, study runners {list(self.reference_runners)}, "
+                f"sizes {list(self.sizes)})"
+            )
 
     def runs(self) -> list[tuple[int, str, str]]:
         """(size, runner kind, backend) in the order they run."""
@@ -349,11 +364,14 @@ def run_benchmark(
     data_dir: str | Path,
     work_dir: str | Path,
     log: Logger | None = None,
+    on_result: Callable[[RunResult], None] | None = None,
 ) -> list[RunResult]:
     """Run the plan; return every measured repetition (warm-ups excluded).
 
     A warm-up run of each (runner, backend) pair goes first, on the smallest size: it pays the
     one-off costs of a fresh driver (imports, file cache) that no repetition should carry.
+    ``on_result`` gets each measured repetition as soon as it is measured: a caller that records
+    it there keeps what was measured when a later run fails (the failure still propagates).
     """
     log = log or _log
     workers = plan.workers or (os.cpu_count() or 1)
@@ -386,6 +404,8 @@ def run_benchmark(
                 f"{result.rows_per_second:,.0f} rows/s, {result.peak_total_pss_mb:.0f} MB PSS"
             )
             results.append(result)
+            if on_result is not None:
+                on_result(result)
     return results
 
 
@@ -419,13 +439,14 @@ def _run_child(call: str, answer: str) -> None:
 # --- summaries ------------------------------------------------------------------------------------
 @dataclass
 class Summary:
-    """The median repetition of one (size, runner, backend)."""
+    """The repetitions of one (size, runner, backend): their medians, and every one's seconds."""
 
     size: int
     runner: str
     backend: str
     repetitions: int
     median: RunResult
+    """Per figure, the median over the repetitions (:func:`median_result`)."""
     seconds_all: list[float]
 
     @property
@@ -433,18 +454,49 @@ class Summary:
         return self.median.label
 
 
+def _median_dict(dicts: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Per key (in first-seen order), the median of the values; nested dicts key by key."""
+    keys = list(dict.fromkeys(key for d in dicts for key in d))
+    out: dict[str, Any] = {}
+    for key in keys:
+        values = [d[key] for d in dicts if key in d]
+        if isinstance(values[0], dict):
+            out[key] = _median_dict(values)
+        else:
+            out[key] = statistics.median(values)
+    return out
+
+
+def median_result(runs: Sequence[RunResult]) -> RunResult:
+    """Per figure, the median over ``runs``: :func:`statistics.median` (the mean of the middle
+    two for an even count), the definition DuckDB's ``median()`` shares, so the report's
+    recommendation and backend ``auto`` (SQL over ``benchmark_results``) rank backends alike.
+    Whole counts (rows, tokens, processes) take the lower middle value; ``memory_kind`` is
+    ``rss`` when any repetition's memory was RSS. Derived rates divide by the median seconds."""
+    values: dict[str, Any] = {}
+    for f in fields(RunResult):
+        column = [getattr(r, f.name) for r in runs]
+        if f.name == "memory_kind":
+            values[f.name] = "rss" if "rss" in column else column[0]
+        elif f.type in ("float", float):
+            values[f.name] = statistics.median(column)
+        elif f.type in ("int", int):
+            values[f.name] = statistics.median_low(column)
+        elif isinstance(column[0], dict):
+            values[f.name] = _median_dict(column)
+        else:
+            values[f.name] = column[0]
+    values["repetition"] = 0
+    return RunResult(**values)
+
+
 def summarize(results: Sequence[RunResult]) -> list[Summary]:
-    """Group repetitions and keep the one with the median wall time (its other figures too)."""
+    """Group the measured repetitions (warm-ups left out) into one :class:`Summary` each."""
     groups: dict[tuple[int, str, str], list[RunResult]] = {}
     for result in results:
         if result.repetition > 0:
             groups.setdefault((result.size, result.runner, result.backend), []).append(result)
-    summaries = []
-    for (size, runner, backend), runs in groups.items():
-        ordered = sorted(runs, key=lambda r: r.seconds)
-        median_seconds = statistics.median_low([r.seconds for r in ordered])
-        median = next(r for r in ordered if r.seconds == median_seconds)
-        summaries.append(
-            Summary(size, runner, backend, len(runs), median, [r.seconds for r in runs])
-        )
-    return summaries
+    return [
+        Summary(size, runner, backend, len(runs), median_result(runs), [r.seconds for r in runs])
+        for (size, runner, backend), runs in groups.items()
+    ]

@@ -28,7 +28,10 @@ def make_backend(
     logger: Logger | None = None,
     benchmark_catalog: str | None = None,
 ) -> ComputeBackend:
-    """Build a backend by name (also used outside Dagster: benchmarks and tests)."""
+    """Build a backend by name (also used outside Dagster: benchmarks and tests). ``workers``: 0
+    means every core; a negative count is refused rather than read as 0."""
+    if workers < 0:
+        raise ValueError(f"workers must be >= 0 (0: every core), got {workers}")
     common: dict[str, Any] = {
         "max_attempts": max_attempts,
         "task_timeout_s": task_timeout_s,

@@ -69,6 +69,15 @@ class ComputeResource(dg.ConfigurableResource):
         """Run ``fn`` on every task with the configured backend; results in task order."""
         return self.get_backend().run(fn, tasks, on_result)
 
+    def take_backend_choices(self) -> list[tuple[int | None, str]] | None:
+        """Backend ``auto`` only: the (estimated input rows, chosen backend) of every run since
+        the last call, so each stage's asset metadata can say what ran it; None otherwise."""
+        from llm_assets.bench.auto import AutoBackend
+
+        if isinstance(self._backend, AutoBackend):
+            return self._backend.take_choices()
+        return [] if self.backend == "auto" else None
+
     def close(self) -> None:
         """Stop what the backend started (workers, a local Ray)."""
         if self._backend is not None:

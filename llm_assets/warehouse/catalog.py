@@ -166,6 +166,15 @@ def _sql_list(paths: Sequence[str]) -> str:
     return "[" + ", ".join("'" + p.replace("'", "''") + "'" for p in paths) + "]"
 
 
+_OPEN_SESSIONS: dict[Path, duckdb.DuckDBPyConnection] = {}
+"""The connection of every :meth:`Catalog.session` open in this process, by resolved file path.
+
+While a session holds a file read-write, DuckDB refuses this process a read-only connection to it
+("Can't open a connection to same database file with a different configuration"): a reader in the
+same process (backend ``auto`` reading ``benchmark_results`` inside a stage) must use the
+session's connection, whichever :class:`Catalog` object opened it."""
+
+
 class Catalog:
     """The warehouse's DuckDB file. Cheap to construct; connects only inside each call."""
 
@@ -174,27 +183,35 @@ class Catalog:
         self.lock_timeout_s = lock_timeout_s
         self._session: duckdb.DuckDBPyConnection | None = None
 
+    def _open_session(self) -> duckdb.DuckDBPyConnection | None:
+        """This catalog's open session, else one another Catalog opened on the same file."""
+        return self._session or _OPEN_SESSIONS.get(self.path.resolve())
+
     @contextlib.contextmanager
     def session(self) -> Iterator[None]:
         """Keep one writable connection open for a block (a stage): every :meth:`connect` inside
-        reuses it. Opening a DuckDB file costs ~15 ms, and a stage makes a dozen calls; the file
-        is still held only while the stage runs. Re-entrant."""
-        if self._session is not None:
+        reuses it, on this Catalog or any other of the same file in this process. Opening a
+        DuckDB file costs ~15 ms, and a stage makes a dozen calls; the file is still held only
+        while the stage runs. Re-entrant."""
+        if self._open_session() is not None:
             yield
             return
+        key = self.path.resolve()
         with self.connect() as con:
-            self._session = con
+            self._session = _OPEN_SESSIONS[key] = con
             try:
                 yield
             finally:
                 self._session = None
+                _OPEN_SESSIONS.pop(key, None)
 
     @contextlib.contextmanager
     def connect(self, read_only: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
         """A short-lived connection (or the open :meth:`session`'s); waits up to
         ``lock_timeout_s`` while another process holds the file."""
-        if self._session is not None:
-            yield self._session
+        session = self._open_session()
+        if session is not None:
+            yield session
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         deadline = time.monotonic() + self.lock_timeout_s

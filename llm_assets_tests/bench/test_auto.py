@@ -1,19 +1,34 @@
-"""Backend ``auto``: the winner of the latest benchmark at the nearest size, else in_process."""
+"""Backend ``auto``: per (size, backend) its latest measurement, the fastest at the nearest size,
+else in_process; and the default setup, where the results live in the catalog a stage holds."""
 
 from __future__ import annotations
 
+import gzip
+import shutil
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
+import zstandard
 
-from llm_assets.bench.auto import AutoBackend, choose_backend, estimate_rows, latest_winners
-from llm_assets.bench.report import record_results
-from llm_assets.bench.runner import OURS, REFERENCE, RunResult
+from llm_assets.bench.auto import AutoBackend, choose_backend, estimate_rows, read_winners
+from llm_assets.bench.report import recommendations, record_results, winners
+from llm_assets.bench.runner import OURS, REFERENCE, RunResult, summarize
 from llm_assets.compute.backends import make_backend
 from llm_assets.compute.resource import ComputeResource
 from llm_assets.compute.testing import ProbeTask, run_probe
+from llm_assets.constants import (
+    BENCHMARK_JOB,
+    BENCHMARK_REPORT,
+    CATALOG_FILE,
+    DEFAULT_WAREHOUSE_DIR,
+    PIPELINE_ASSETS,
+    PIPELINE_JOB,
+)
+from llm_assets.datagen import write_corpus
 from llm_assets.warehouse.catalog import Catalog
+from llm_assets_tests.conftest import SAMPLE_DIR, pipeline_run_config
 
 MACHINE = {"cores": 2, "memory_gb": 24.0}
 
@@ -26,31 +41,82 @@ def _result(size: int, backend: str, seconds: float, runner: str = OURS, rep: in
     )  # fmt: skip
 
 
-def _synthetic(catalog_path: Path) -> None:
-    catalog = Catalog(catalog_path)
+class Log:
+    """A logger that keeps what it was told, by level."""
+
+    def __init__(self) -> None:
+        self.messages: list[tuple[str, str]] = []
+
+    def info(self, msg: str) -> None:
+        self.messages.append(("info", msg))
+
+    def warning(self, msg: str) -> None:
+        self.messages.append(("warning", msg))
+
+
+FULL = [
+    _result(1_000, "in_process", 0.3),
+    _result(1_000, "multiprocess", 2.0),
+    _result(1_000, "ray", 9.0),
+    _result(200_000, "in_process", 40.0),
+    _result(200_000, "in_process", 41.0, rep=2),
+    _result(200_000, "multiprocess", 25.0),
+    _result(200_000, "multiprocess", 90.0, rep=2),  # one slow repetition: the median decides
+    _result(200_000, "multiprocess", 26.0, rep=3),
+    _result(200_000, "ray", 30.0),
+    _result(200_000, "single", 1.0, runner=REFERENCE),  # the study's runners never win
+]
+
+
+def test_median_winner_per_size_each_backend_at_its_latest_run(tmp_path):
+    catalog = Catalog(tmp_path / "catalog.duckdb")
     old = [_result(1_000, "ray", 0.1), _result(1_000_000, "ray", 1.0)]
     record_results(catalog, "old", old, machine=MACHINE, recorded_at=1_000.0)
-    latest = [
-        _result(1_000, "in_process", 0.3),
-        _result(1_000, "multiprocess", 2.0),
-        _result(1_000, "ray", 9.0),
-        _result(200_000, "in_process", 40.0),
-        _result(200_000, "in_process", 41.0, rep=2),
-        _result(200_000, "multiprocess", 25.0),
-        _result(200_000, "multiprocess", 90.0, rep=2),  # one slow repetition: median decides
-        _result(200_000, "multiprocess", 26.0, rep=3),
-        _result(200_000, "ray", 30.0),
-        _result(200_000, "single", 1.0, runner=REFERENCE),  # the study's runners never win
-    ]
-    record_results(catalog, "latest", latest, machine=MACHINE, recorded_at=2_000.0)
-
-
-def test_latest_run_median_winner_per_size(tmp_path):
-    _synthetic(tmp_path / "catalog.duckdb")
-    assert latest_winners(tmp_path / "catalog.duckdb") == {
-        1_000: "in_process",
+    record_results(catalog, "latest", FULL, machine=MACHINE, recorded_at=2_000.0)
+    assert read_winners(catalog.path) == {
+        1_000: "in_process",  # ray's 0.1 s is replaced by its later 9.0 s
         200_000: "multiprocess",
+        1_000_000: "ray",  # measured only in the older run: still counts
     }
+
+
+def test_a_partial_run_replaces_only_what_it_measured(tmp_path):
+    """A later run of Ray alone at one size does not override the other backends' figures there,
+    nor any other size; its report recommends nothing (one backend, nothing to compare)."""
+    catalog = Catalog(tmp_path / "catalog.duckdb")
+    record_results(catalog, "full", FULL, machine=MACHINE, recorded_at=1_000.0)
+    partial = [_result(200_000, "ray", 28.0)]  # faster than before, still slower than multiprocess
+    record_results(catalog, "ray-only", partial, machine=MACHINE, recorded_at=2_000.0)
+    assert read_winners(catalog.path) == {1_000: "in_process", 200_000: "multiprocess"}
+
+    summaries = summarize(partial)
+    assert winners(summaries) == {}
+    (line,) = recommendations(summaries)
+    assert "only `ray` was measured" in line and "no recommendation" in line
+
+    faster = [_result(200_000, "ray", 20.0)]  # now Ray's latest figure beats multiprocess's
+    record_results(catalog, "ray-again", faster, machine=MACHINE, recorded_at=3_000.0)
+    assert read_winners(catalog.path) == {1_000: "in_process", 200_000: "ray"}
+
+
+def test_report_and_auto_agree_on_the_median_of_two_repetitions(tmp_path):
+    """in_process [1.0, 3.0] has the lower minimum, multiprocess [1.5, 1.6] the lower median
+    (2.0 against 1.55): the report and auto both take the true median, so both say multiprocess."""
+    runs = [
+        _result(1_000, "in_process", 1.0),
+        _result(1_000, "in_process", 3.0, rep=2),
+        _result(1_000, "multiprocess", 1.5),
+        _result(1_000, "multiprocess", 1.6, rep=2),
+    ]
+    catalog = Catalog(tmp_path / "catalog.duckdb")
+    record_results(catalog, "run", runs, machine=MACHINE)
+    summaries = summarize(runs)
+    assert {s.backend: s.median.seconds for s in summaries} == pytest.approx(
+        {"in_process": 2.0, "multiprocess": 1.55}
+    )
+    assert winners(summaries)[1_000].backend == "multiprocess"
+    assert recommendations(summaries)[0].startswith("- **1,000 rows: `multiprocess`**")
+    assert read_winners(catalog.path) == {1_000: "multiprocess"}
 
 
 def test_nearest_measured_size_on_a_log_scale():
@@ -63,22 +129,30 @@ def test_nearest_measured_size_on_a_log_scale():
 
 
 def test_no_results_falls_back_to_in_process(tmp_path):
-    messages = []
-
-    class Log:
-        def info(self, msg):
-            messages.append(msg)
-
-        def warning(self, msg):
-            messages.append(msg)
-
-    backend = make_backend("auto", benchmark_catalog=str(tmp_path / "none.duckdb"), logger=Log())
+    log = Log()
+    backend = make_backend("auto", benchmark_catalog=str(tmp_path / "none.duckdb"), logger=log)
     assert isinstance(backend, AutoBackend)
     results = backend.run(run_probe, [ProbeTask("a", 3)])
     assert results[0]["value"] == 9
     assert backend.choices == [(None, "in_process")]
-    assert any("no benchmark results" in m for m in messages)
+    assert any(level == "info" and "no benchmark results" in m for level, m in log.messages)
     backend.close()
+
+
+def test_a_catalog_that_cannot_be_read_is_logged_as_an_error_not_as_no_results(tmp_path):
+    broken = tmp_path / "catalog.duckdb"
+    broken.write_bytes(b"not a duckdb file " * 512)
+    log = Log()
+    backend = make_backend("auto", benchmark_catalog=str(broken), logger=log)
+    try:
+        assert backend.run(run_probe, [ProbeTask("a", 2)])[0]["value"] == 4
+        assert backend.choices == [(None, "in_process")]
+    finally:
+        backend.close()
+    (warning,) = [m for level, m in log.messages if level == "warning"]
+    assert "cannot read the benchmark results" in warning and str(broken) in warning
+    assert "using in_process" in warning
+    assert not any("no benchmark results" in m for _, m in log.messages)
 
 
 def test_estimate_rows_from_shard_footers(tmp_path):
@@ -96,11 +170,35 @@ def test_estimate_rows_from_shard_footers(tmp_path):
     assert estimate_rows([ProbeTask("a", 1)]) is None
 
 
+def test_estimate_rows_of_compressed_inputs_from_their_uncompressed_size(tmp_path):
+    """A 2,000-row corpus is estimated near 2,000 rows whether plain, gzip (ISIZE trailer),
+    zstd with its content size in the frame header, or streamed zstd (no size: the ratio)."""
+    plain = write_corpus(tmp_path / "plain" / "c.jsonl", 2_000)
+    gz = write_corpus(tmp_path / "gz" / "c.jsonl.gz", 2_000)
+    streamed = write_corpus(tmp_path / "zst" / "c.jsonl.zst", 2_000)
+    sized = tmp_path / "sized" / "c.jsonl.zst"
+    sized.parent.mkdir()
+    sized.write_bytes(zstandard.ZstdCompressor().compress(plain.read_bytes()))
+    assert zstandard.frame_content_size(sized.read_bytes()) == plain.stat().st_size
+    assert gzip.decompress(gz.read_bytes()) == plain.read_bytes()
+
+    class Ingest:
+        byte_range = None
+
+        def __init__(self, path: Path) -> None:
+            self.path = str(path)
+
+    exact = estimate_rows([Ingest(plain)])
+    assert exact == pytest.approx(2_000, rel=0.1)
+    assert estimate_rows([Ingest(gz)]) == exact
+    assert estimate_rows([Ingest(sized)]) == exact
+    assert estimate_rows([Ingest(streamed)]) == pytest.approx(2_000, rel=0.25)
+
+
 def test_resource_auto_picks_the_winner_per_stage_size(tmp_path):
-    _synthetic(tmp_path / "catalog.duckdb")
-    resource = ComputeResource(
-        backend="auto", workers=2, benchmark_catalog=str(tmp_path / "catalog.duckdb")
-    )
+    catalog = Catalog(tmp_path / "catalog.duckdb")
+    record_results(catalog, "latest", FULL, machine=MACHINE)
+    resource = ComputeResource(backend="auto", workers=2, benchmark_catalog=str(catalog.path))
     backend = resource.get_backend()
     try:
         big = tmp_path / "big.parquet"
@@ -114,5 +212,42 @@ def test_resource_auto_picks_the_winner_per_stage_size(tmp_path):
         assert backend.select(small) == "multiprocess"
         assert resource.run(run_probe, small)[0]["value"] == 4
         assert backend.choices[-1] == (150_000, "multiprocess")
+        assert resource.take_backend_choices() == [(150_000, "multiprocess")] * 3
+        assert resource.take_backend_choices() == []  # each choice reported once
     finally:
         resource.close()
+
+
+def test_default_setup_auto_runs_the_pipeline_on_the_benchmarks_winner(tmp_path, monkeypatch):
+    """The default setup, as a user runs it: both jobs with the definitions' own resources (the
+    warehouse at data/warehouse, auto reading data/warehouse/catalog.duckdb); first the benchmark,
+    then llm_pipeline with backend auto, whose stages hold that same catalog open while auto reads
+    the results. Only multiprocess is measured, so a fallback to in_process cannot pass."""
+    from llm_assets.definitions import defs
+
+    monkeypatch.chdir(tmp_path)
+    shutil.copytree(SAMPLE_DIR, tmp_path / "input")
+    benchmark_config = {
+        "sizes": [200], "backends": ["multiprocess"], "repetitions": 1, "workers": 2,
+        "include_reference": False, "warmup": False,
+    }  # fmt: skip
+    benchmark = defs.resolve_job_def(BENCHMARK_JOB).execute_in_process(
+        run_config={"ops": {BENCHMARK_REPORT: {"config": benchmark_config}}}
+    )
+    assert benchmark.success
+    catalog_path = tmp_path / DEFAULT_WAREHOUSE_DIR / CATALOG_FILE
+    assert read_winners(catalog_path) == {200: "multiprocess"}
+
+    run_config = pipeline_run_config(tmp_path / "input")
+    run_config["resources"] = {"compute": {"config": {"backend": "auto", "workers": 2}}}
+    pipeline = defs.resolve_job_def(PIPELINE_JOB).execute_in_process(run_config=run_config)
+    assert pipeline.success
+    metadata = {
+        event.asset_key.to_user_string(): event.step_materialization_data.materialization.metadata
+        for event in pipeline.get_asset_materialization_events()
+    }
+    assert set(metadata) == set(PIPELINE_ASSETS)
+    for asset, meta in metadata.items():
+        assert meta["compute_backend"].value == "multiprocess", asset
+        choices = meta["compute_backend_choices"].value
+        assert choices and all(c["backend"] == "multiprocess" for c in choices), asset

@@ -6,12 +6,12 @@ import dagster as dg
 import pytest
 
 from llm_assets.assets.benchmark import benchmark_report
-from llm_assets.bench.report import RESULTS_TABLE
+from llm_assets.bench.report import HISTORY_SQL, RESULTS_TABLE
 from llm_assets.constants import BENCHMARK_JOB, BENCHMARK_REPORT, PIPELINE_JOB
 from llm_assets.warehouse.resource import WarehouseResource
 
 
-def _materialize(root, backends, include_reference=True):
+def _materialize(root, backends, include_reference=True, **overrides):
     config = {
         "sizes": [200, 1000],
         "backends": backends,
@@ -20,12 +20,25 @@ def _materialize(root, backends, include_reference=True):
         "include_reference": include_reference,
         "reference_ray_max_rows": 0,  # the study's Ray runner: see the slow test
         "warmup": False,
+        **overrides,
     }
     return dg.materialize(
         [benchmark_report],
         resources={"warehouse": WarehouseResource(root=str(root))},
         run_config={"ops": {BENCHMARK_REPORT: {"config": config}}},
+        raise_on_error=False,
     )
+
+
+def _failure(result) -> str:
+    """The message of the failed step's error (with its causes)."""
+    (event,) = [e for e in result.all_events if e.is_step_failure]
+    error = event.step_failure_data.error
+    messages = []
+    while error is not None:
+        messages.append(error.message)
+        error = error.cause
+    return "\n".join(messages)
 
 
 def _metadata(result):
@@ -53,6 +66,14 @@ def test_benchmark_report_records_rows_and_markdown(tmp_path):
     ]
     assert all(r[3] == r[0] for r in rows)  # every generated row was read
     assert all(r[4] > 0 and r[5] > 0 and r[6] > 0 for r in rows)
+    # Ours and the study's runners count the same thing: the kept documents and their tokens.
+    counted = catalog.query(
+        f"SELECT size, runner, backend, rows_out, tokens FROM {RESULTS_TABLE} "
+        "WHERE backend IN ('in_process', 'single') ORDER BY size, runner"
+    )
+    for ours, study in zip(counted[::2], counted[1::2], strict=True):
+        assert (ours[1], study[1]) == ("ours", "reference")
+        assert ours[3:] == study[3:] and ours[3] < ours[0]  # some rows are dropped
     metadata = _metadata(result)
     report = metadata["report"].value
     assert "### Our pipeline" in report
@@ -70,6 +91,37 @@ def test_benchmark_report_records_rows_and_markdown(tmp_path):
     assert "data:image/png;base64," in metadata["memory_chart"].value
     assert metadata["rows_recorded"].value == 8
     assert set(metadata["winners"].value) == {"200", "1000"}
+    assert HISTORY_SQL in metadata["query"].value
+
+
+def test_a_failure_midway_keeps_what_was_measured_and_fails_the_run(tmp_path):
+    """The 1,000-row corpus cannot be read (a folder where its file should be): the run fails
+    with that error, and the 200-row repetitions measured before it are in benchmark_results."""
+    blocker = tmp_path / BENCHMARK_REPORT / "data" / "seed-0" / "rows-1000" / "corpus.jsonl"
+    blocker.mkdir(parents=True)
+    result = _materialize(tmp_path, ["in_process"], include_reference=False, repetitions=2)
+    assert not result.success
+    assert "holds no input files" in _failure(result)
+    rows = (
+        WarehouseResource(root=str(tmp_path))
+        .catalog()
+        .query(f"SELECT size, backend, repetition FROM {RESULTS_TABLE} ORDER BY repetition")
+    )
+    assert rows == [(200, "in_process", 1), (200, "in_process", 2)]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"backends": [], "include_reference": False}, "nothing to measure"),
+        ({"workers": -1}, "workers must be >= 0"),
+    ],
+)
+def test_a_plan_that_cannot_run_is_refused_before_any_work(tmp_path, overrides, message):
+    result = _materialize(tmp_path, **{"backends": ["in_process"], **overrides})
+    assert not result.success
+    assert message in _failure(result)
+    assert not (tmp_path / BENCHMARK_REPORT / "data").exists()  # no corpus generated
 
 
 def test_benchmark_is_its_own_job_not_in_the_pipeline():

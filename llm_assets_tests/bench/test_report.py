@@ -2,19 +2,26 @@
 
 from __future__ import annotations
 
+import subprocess
 from dataclasses import replace
+from pathlib import Path
 
 from llm_assets.bench.report import (
     _RESULTS_SQL,
+    HISTORY_SQL,
     RESULTS_TABLE,
+    git_commit,
+    markdown_report,
     ours_table,
     parts_table,
     record_results,
     reference_table,
+    study_table,
 )
 from llm_assets.bench.runner import OURS, REFERENCE, RunResult, summarize
 from llm_assets.tasks import PARTS
 from llm_assets.warehouse.catalog import Catalog
+from llm_assets_tests.conftest import REPO
 
 
 def _run(runner: str, backend: str, repetition: int, seconds: float) -> RunResult:
@@ -57,13 +64,13 @@ def test_tables_give_the_median_and_every_repetition_in_run_order():
     assert len(ray) == len(header)
     assert ray[header.index("seconds")] == "2.50"  # the median repetition
     assert ray[header.index("each repetition s")] == "2.50, 2.00, 3.00"
-    assert ray[header.index("x study single (here)")] == "7.6x"  # 19.00 s (median_low) / 2.50 s
+    assert ray[header.index("x study single (here)")] == "7.8x"  # 19.50 s (the median) / 2.50 s
 
     reference = reference_table(summaries)
     header = [c.strip() for c in reference.splitlines()[0].strip("|").split("|")]
     (single,) = _rows(reference, "single process")
     assert len(single) == len(header)
-    assert single[header.index("seconds")] == "19.00"
+    assert single[header.index("seconds")] == "19.50"  # two repetitions: their mean
     assert single[header.index("each repetition s")] == "20.00, 19.00"
 
 
@@ -117,3 +124,109 @@ def test_results_table_of_an_older_catalog_gains_the_parts_column(tmp_path):
         "ORDER BY benchmark_run_id"
     )
     assert rows == [("new", "0.5"), ("old", None)]
+
+
+# --- history in SQL -------------------------------------------------------------------------------
+def _readme_history_statements() -> list[str]:
+    """Every SQL statement of the "History in SQL" block of benchmarks/README.md, as written."""
+    text = (REPO / "benchmarks" / "README.md").read_text()
+    section = text.split("## History in SQL", 1)[1].split("\n## ", 1)[0]
+    block = section.split("```sql", 1)[1].split("```", 1)[0]
+    return [statement.strip() for statement in block.split(";") if statement.strip()]
+
+
+def _without_comments(sql: str) -> str:
+    lines = [line for line in sql.splitlines() if not line.strip().startswith("--")]
+    return " ".join(" ".join(lines).split()).rstrip(";")
+
+
+def test_readme_history_queries_run_and_list_runs_in_time_order(tmp_path):
+    """The README's queries run on a real catalog, newest run last although its id sorts first;
+    the first is the benchmark asset's own ``query`` (HISTORY_SQL), word for word."""
+    catalog = Catalog(tmp_path / "catalog.duckdb")
+    parts = {"raw_documents": {"read": 0.0, "compute": 0.5, "write": 0.2, "commit": 0.1}}
+    for run_id, when in (("ffff-older", 1_000.0), ("0000-newer", 2_000.0)):
+        runs = [
+            replace(_run(OURS, backend, rep, seconds), size=size, stage_parts=parts)
+            for size in (1000, 200)
+            for backend, seconds in (("in_process", 1.0), ("multiprocess", 2.0))
+            for rep in (1, 2)
+        ]
+        record_results(catalog, run_id, runs, recorded_at=when)
+    statements = _readme_history_statements()
+    assert len(statements) == 2
+    assert _without_comments(statements[0]) == _without_comments(HISTORY_SQL)
+    for statement in statements:
+        rows = catalog.query(statement)
+        run_ids = [row[0] for row in rows]
+        assert run_ids == ["ffff-older"] * (len(rows) // 2) + ["0000-newer"] * (len(rows) // 2)
+
+
+# --- the report's tables --------------------------------------------------------------------------
+def test_study_table_sets_only_matching_sizes_side_by_side():
+    """The study's 32,432 and 1,000 rows are compared only with a size within 10 %: 32,000 and
+    1,000 here; a 2,000-row run is not set beside the study's 1,000 (nor 1,000 beside 32,432)."""
+    runs = [
+        replace(_run(REFERENCE, "single", 1, 4.0), size=2_000, rows_in=2_000),
+        replace(_run(REFERENCE, "single", 1, 9.0), size=32_000, rows_in=32_000),
+        replace(_run(REFERENCE, "multiprocessing", 1, 2.0), size=1_000),
+    ]
+    table = study_table(summarize(runs))
+    here = {}  # (study rows, runner) -> the re-measured cells
+    for line in table.splitlines()[2:]:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) == 9:
+            here[(cells[0], cells[1].split(",")[0])] = cells[5:]
+    assert here[("32,432", "single process")] == ["32,000", "3,556", "0", "0.95x"]
+    assert here[("1,000", "single process")] == ["-", "-", "-", "-"]
+    assert here[("32,432", "multiprocessing")] == ["-", "-", "-", "-"]
+    assert here[("1,000", "multiprocessing")][0] == "1,000"
+    assert "within ±10%" in table
+
+
+def test_memory_measured_as_rss_is_marked():
+    pss = replace(_run(OURS, "multiprocess", 1, 1.0), peak_total_pss_mb=400.0)
+    rss = replace(pss, repetition=2, peak_total_pss_mb=500.0, memory_kind="rss")
+    marked = summarize([pss, rss])
+    (row,) = _rows(ours_table(marked), "multiprocess")
+    header = [c.strip() for c in ours_table(marked).splitlines()[0].strip("|").split("|")]
+    assert row[header.index("peak PSS MB (all)")] == "450 (RSS)"
+    report = markdown_report(marked, machine={"cores": 2, "memory_gb": 24.0})
+    assert "(RSS): PSS could not be read" in report
+
+    clean = summarize([pss, replace(pss, repetition=2)])
+    (row,) = _rows(ours_table(clean), "multiprocess")
+    assert row[header.index("peak PSS MB (all)")] == "400"
+    assert "(RSS)" not in markdown_report(clean, machine={"cores": 2, "memory_gb": 24.0})
+
+
+# --- the recorded commit --------------------------------------------------------------------------
+def _git(repo: Path, *args: str) -> str:
+    done = subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout.strip()
+
+
+def test_git_commit_marks_uncommitted_changes(tmp_path):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    (repo / "code.py").write_text("x = 1\n")
+    _git(repo, "add", "code.py")
+    _git(repo, "commit", "-q", "-m", "first")
+    head = _git(repo, "rev-parse", "HEAD")
+    assert git_commit(repo) == head
+    (repo / "notes.txt").write_text("untracked files do not count\n")
+    assert git_commit(repo) == head
+    (repo / "code.py").write_text("x = 2\n")
+    assert git_commit(repo) == f"{head}-dirty"
+    _git(repo, "add", "code.py")  # staged but not committed: still dirty
+    assert git_commit(repo) == f"{head}-dirty"
+    outside = tmp_path / "not-a-checkout"
+    outside.mkdir()
+    assert git_commit(outside) is None

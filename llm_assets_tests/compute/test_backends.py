@@ -117,6 +117,13 @@ def test_unknown_backend_is_a_clear_error():
         make_backend("spark")
 
 
+@pytest.mark.parametrize("name", ["multiprocess", "ray", "auto"])
+def test_a_negative_worker_count_is_refused_not_read_as_every_core(name):
+    """0 means every core; -1 used to mean it too, quietly (and the study's runners then fail)."""
+    with pytest.raises(ValueError, match="workers must be >= 0"):
+        make_backend(name, workers=-1)
+
+
 def test_multiprocess_workers_do_not_import_the_drivers_main_module(tmp_path):
     """A spawned child normally re-imports ``__main__`` (under Dagster: all of Dagster). Ours
     never need it: the main script's import side effect must happen once, in the driver, and a
