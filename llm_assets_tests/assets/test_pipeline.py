@@ -39,7 +39,13 @@ PLANTED_REJECTS = {
 }
 
 
-def materialize(input_dir: Path, root: Path, backend: str = "in_process", **ops):
+def materialize(
+    input_dir: Path,
+    root: Path,
+    backend: str = "in_process",
+    instance: dg.DagsterInstance | None = None,
+    **ops,
+):
     return dg.materialize(
         PIPELINE_ASSET_DEFS,
         resources={
@@ -48,6 +54,7 @@ def materialize(input_dir: Path, root: Path, backend: str = "in_process", **ops)
         },
         run_config=pipeline_run_config(input_dir, **ops),
         raise_on_error=False,
+        instance=instance,
     )
 
 
@@ -234,6 +241,32 @@ def test_lost_shards_are_recomputed_byte_identical(in_process_run, tmp_path):
     assert meta[TRAINING_BATCHES]["shards_computed"].value == 1
     assert output_checksums(root) == before
     assert not list(Path(victim.path).parent.glob("*.tmp-*"))
+
+
+def test_a_damaged_shard_is_computed_again_not_reused(in_process_run):
+    """Bytes flipped in the middle of a finished shard, its footer intact (so its input
+    fingerprint still reads): its checksum no longer matches the catalog's, so the next run
+    computes it again and ends byte-identical (before: reused, and the next stage failed on it)."""
+    base, _ = in_process_run
+    root = base / "warehouse"
+    before = output_checksums(root)
+    catalog = WarehouseResource(root=str(root)).catalog()
+    victim = Path(catalog.current_shards("tokenized_documents")[0].path)
+    data = bytearray(victim.read_bytes())
+    middle = len(data) // 2
+    data[middle : middle + 2000] = bytes(b ^ 0xFF for b in data[middle : middle + 2000])
+    victim.write_bytes(bytes(data))
+    instance = dg.DagsterInstance.ephemeral()
+    result = materialize(base / "input", root, instance=instance)
+    assert result.success
+    meta = materializations(result)
+    assert meta["tokenized_documents"]["shards_computed"].value == 1
+    assert meta["normalized_documents"]["shards_computed"].value == 0
+    assert output_checksums(root) == before
+    warnings = [e.user_message for e in instance.all_logs(result.run_id) if e.level == 30]
+    assert any(
+        "tokenized_documents: 1 finished shard file(s) changed or damaged" in m for m in warnings
+    )
 
 
 def test_shard_written_but_never_recorded_is_recovered_from_its_footer(in_process_run):
