@@ -838,7 +838,11 @@ def _resolve_duplicates(
         con.execute(f"SET temp_directory = '{spill.as_posix()}'")
         con.execute(f"SET memory_limit = '{DEDUP_MEMORY_LIMIT}'")
         outcome = resolve_duplicates(
-            con, [(s.shard, s.path) for s in annotated.shards], exact, near
+            con,
+            [(s.shard, s.path) for s in annotated.shards],
+            exact,
+            near,
+            scope=annotated.fingerprint,
         )
     # Column by column: a list per column serializes ~3x faster than a dict per row.
     digest = fingerprint([outcome.drops[name].to_pylist() for name in outcome.drops.column_names])

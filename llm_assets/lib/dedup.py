@@ -268,7 +268,11 @@ class UnionFind:
 # --- global resolution (driver) -------------------------------------------------------------------
 SEEN_TABLE = "dedup_seen"
 """Catalog table: every document id the dedup step has seen, with the ordinal of the run that
-first saw it. It is what makes "first" stable across runs."""
+first saw it, per ``scope`` (the filter stage's fingerprint: its config and code version). It is
+what makes "first" stable across runs: a document added later loses to one kept before. Each
+config has a history of its own, so a config's output does not depend on which other configs ran
+in the warehouse before it. (Rows of catalogs from before the scope have a null scope and are
+not used.)"""
 
 DROPS_SCHEMA = pa.schema(
     [
@@ -300,11 +304,14 @@ def resolve_duplicates(
     shards: list[tuple[str, str]],
     exact: ExactDedupSpec,
     near: NearDedupSpec,
+    *,
+    scope: str = "",
 ) -> DedupOutcome:
     """Decide, over every shard at once, which documents are duplicates.
 
     ``con`` is a writable DuckDB connection to the catalog (``dedup_seen`` lives there);
-    ``shards`` are ``(shard key, parquet path)`` of annotated shards. Work happens in DuckDB
+    ``shards`` are ``(shard key, parquet path)`` of annotated shards; ``scope`` names whose
+    history of first sightings to use and extend (:data:`SEEN_TABLE`). Work happens in DuckDB
     (spilling to disk when needed); Python sees only candidate pairs.
 
     Every document gets its rank in stable order (``ord``) once; "first in stable order" is then
@@ -316,6 +323,7 @@ def resolve_duplicates(
     # No primary key: the anti-join below keeps ids unique, and building the key's index costs
     # more than the rest of a first run's step. (Catalogs made with the key work the same.)
     con.execute(f"CREATE TABLE IF NOT EXISTS {SEEN_TABLE} (doc_id VARCHAR, run BIGINT)")
+    con.execute(f"ALTER TABLE {SEEN_TABLE} ADD COLUMN IF NOT EXISTS scope VARCHAR")
     # From Arrow in one statement (executemany costs milliseconds a row in DuckDB).
     files = pa.table(
         {"path": [p for _, p in shards], "shard": [s for s, _ in shards]},
@@ -333,19 +341,23 @@ def resolve_duplicates(
         "JOIN dd_files f ON f.path = d.filename",
         [paths],
     )
-    next_run = con.execute(f"SELECT coalesce(max(run), 0) + 1 FROM {SEEN_TABLE}").fetchone()[0]
+    seen = f"(SELECT doc_id, run FROM {SEEN_TABLE} WHERE scope = $scope)"
+    next_run = con.execute(
+        f"SELECT coalesce(max(run), 0) + 1 FROM {seen}", {"scope": scope}
+    ).fetchone()[0]
     con.execute(
-        f"INSERT INTO {SEEN_TABLE} SELECT DISTINCT doc_id, ? FROM dd_docs "
-        f"WHERE doc_id NOT IN (SELECT doc_id FROM {SEEN_TABLE})",
-        [next_run],
+        f"INSERT INTO {SEEN_TABLE} (doc_id, run, scope) SELECT DISTINCT doc_id, $run, $scope "
+        f"FROM dd_docs WHERE doc_id NOT IN (SELECT doc_id FROM {seen})",
+        {"run": next_run, "scope": scope},
     )
     # Rank the narrow (id, location) rows, then join: sorting the wide rows moves every band list.
     con.execute(
         "CREATE OR REPLACE TEMP TABLE dd_ordered AS SELECT r.ord, d.*, r.seen_run FROM dd_docs d "
         "JOIN (SELECT doc_id, s.run AS seen_run, row_number() OVER ("
         "ORDER BY s.run, d.source_file, d.source_line, d.doc_id) AS ord "
-        f"FROM (SELECT doc_id, source_file, source_line FROM dd_docs) d JOIN {SEEN_TABLE} s "
-        "USING (doc_id)) r USING (doc_id)"
+        f"FROM (SELECT doc_id, source_file, source_line FROM dd_docs) d JOIN {seen} s "
+        "USING (doc_id)) r USING (doc_id)",
+        {"scope": scope},
     )
     con.execute("DROP TABLE dd_docs")
     drops: list[pa.Table] = [DROPS_SCHEMA.empty_table()]

@@ -231,6 +231,26 @@ def test_later_runs_are_deduplicated_against_earlier_ones(tmp_path):
     assert again.drops.equals(outcome.drops)
 
 
+def test_each_scope_has_its_own_history(tmp_path):
+    """The history of first sightings is per scope (the filter config's fingerprint): a config
+    that first saw ``b.jsonl`` alone keeps b's copy, while another config, run later in the same
+    catalog on both files, decides as a clean run would (by location: ``a.jsonl`` first). Before,
+    one history served every config, so an output depended on which configs ran before it."""
+    rng = random.Random(13)
+    docs = [" ".join(_doc(rng)) for _ in range(20)]
+    con = duckdb.connect(str(tmp_path / "c.duckdb"))
+    first = _write_shards(tmp_path, {"b": _table(docs, "b", "b.jsonl")})
+    later = _write_shards(tmp_path, {"a": _table([docs[3], "fresh text " * 9], "a", "a.jsonl")})
+    spec = ExactDedupSpec(), NearDedupSpec()
+    assert resolve_duplicates(con, first, *spec, scope="A").drops.num_rows == 0
+    other = resolve_duplicates(con, later + first, *spec, scope="B")
+    clean = resolve_duplicates(duckdb.connect(str(tmp_path / "fresh.duckdb")), later + first, *spec)
+    assert other.drops.equals(clean.drops)
+    assert other.drops["doc_id"].to_pylist() == ["b0003"]
+    again = resolve_duplicates(con, later + first, *spec, scope="A")
+    assert again.drops["doc_id"].to_pylist() == ["a0000"]
+
+
 def test_only_exact_or_only_near(tmp_path):
     docs, _ = _planted_corpus()
     shards = _write_shards(tmp_path, {"s0": _table(docs)})
