@@ -13,6 +13,12 @@ rank, each cut again per DataLoader worker; range ``k`` of ``K`` over ``N`` rows
 ``[k * N // K, (k + 1) * N // K)``, so the parts cover every row exactly once (uneven remainders
 are spread, nothing is dropped). Ranks default to ``torch.distributed`` when it is initialized.
 
+One dataset is one set of batch files: every file read, and in a folder the other split's files
+too, must carry the same ``llm_assets.source_fingerprint`` (the upstream state they were computed
+from), or the reader refuses them (:class:`MixedSourcesError`). The pipeline writes each upstream
+state to its own folder, so that holds for its folders; the check is there for folders filled
+some other way (copies, older warehouses whose batch folder several upstream states shared).
+
 Files are opened memory-mapped and decoded one row group at a time (the writer sizes row groups
 for random access); list columns become numpy views over the group's flat buffer, with no Python
 object per token.
@@ -40,12 +46,26 @@ except ImportError:  # pragma: no cover - depends on the environment
     _IterBase = object  # type: ignore[assignment,misc]
 
 
+SOURCE_FINGERPRINT = f"{META_PREFIX}source_fingerprint"
+"""Schema metadata key of a batch file: the fingerprint of the upstream shards (and shuffle
+settings) it was computed from; equal in every file of one consistent set."""
+
+
 class MetadataMismatchError(ValueError):
     """A file whose schema metadata does not match what the caller expects."""
 
 
+class MixedSourcesError(MetadataMismatchError):
+    """Batch files computed from different upstream states (their ``llm_assets.source_fingerprint``
+    differ) given as one dataset: stale files of an earlier run beside the current ones, which
+    would add sequences that are not in the current batches and may put a document in train and
+    validation both."""
+
+
 def batch_files(source: str | Path | Sequence[str | Path], split: str | None = None) -> list[Path]:
-    """The Parquet files of a batches folder (optionally one split), or an explicit list."""
+    """The Parquet files of a batches folder (optionally one split), or an explicit list.
+
+    Only the folder's own ``part-*.parquet``: its ``megatron/`` export is not batch files."""
     if isinstance(source, (str, Path)):
         root = Path(source)
         if root.is_file():
@@ -58,9 +78,13 @@ def batch_files(source: str | Path | Sequence[str | Path], split: str | None = N
     return [Path(p) for p in source]
 
 
-def _check_metadata(path: Path, expected: dict[str, str | None]) -> dict[str, str]:
+def _schema_metadata(path: Path) -> dict[str, str]:
     raw = pq.read_schema(path).metadata or {}
-    meta = {k.decode(): v.decode() for k, v in raw.items()}
+    return {k.decode(): v.decode() for k, v in raw.items()}
+
+
+def _check_metadata(path: Path, expected: dict[str, str | None]) -> dict[str, str]:
+    meta = _schema_metadata(path)
     if f"{META_PREFIX}format_version" not in meta:
         raise MetadataMismatchError(f"{path} is not an llm_assets batch file (no format metadata)")
     for key, want in expected.items():
@@ -72,6 +96,39 @@ def _check_metadata(path: Path, expected: dict[str, str | None]) -> dict[str, st
                 f"{path}: metadata {META_PREFIX}{key} is {found!r}, expected {want!r}"
             )
     return meta
+
+
+def _check_one_source(
+    source: str | Path | Sequence[str | Path],
+    files: Sequence[Path],
+    metadata: Sequence[dict[str, str]],
+) -> None:
+    """Refuse files of more than one upstream state (:class:`MixedSourcesError`), naming each
+    source fingerprint with its files. Given a folder, its other split's files count too: train
+    and validation of two states split the documents differently."""
+    found = {path: meta.get(SOURCE_FINGERPRINT) for path, meta in zip(files, metadata, strict=True)}
+    if isinstance(source, (str, Path)) and Path(source).is_dir():
+        for path in batch_files(source):
+            if path not in found:
+                found[path] = _schema_metadata(path).get(SOURCE_FINGERPRINT)
+    by_source: dict[str | None, list[Path]] = {}
+    for path, value in sorted(found.items()):  # file name order, whichever split was read
+        by_source.setdefault(value, []).append(path)
+    if len(by_source) < 2:
+        return
+    parents = {path.parent for path in found}
+    one_folder = len(parents) == 1
+    where = str(next(iter(parents))) if one_folder else "the batch files"
+    groups = "; ".join(
+        f"{value!r} in {', '.join(p.name if one_folder else str(p) for p in paths)}"
+        for value, paths in by_source.items()
+    )
+    raise MixedSourcesError(
+        f"{where}: batch files of {len(by_source)} different upstream states "
+        f"({SOURCE_FINGERPRINT} differs): {groups}. One dataset is one set of batch files: read "
+        "the current folder (the training_batches materialization's 'folder' metadata, or "
+        "current_shards in the warehouse catalog)"
+    )
 
 
 def _shard_range(n: int, part: int, parts: int) -> tuple[int, int]:
@@ -190,7 +247,9 @@ class TokenBatchDataset(_MapBase):  # type: ignore[misc,valid-type]
             "seq_len": None if expected_seq_len is None else str(expected_seq_len),
             "split": split,
         }
-        self._files = _Files(batch_files(source, split), expected, columns)
+        files = batch_files(source, split)
+        self._files = _Files(files, expected, columns)
+        _check_one_source(source, files, self._files.metadata)
         default_rank, default_world = _default_rank()
         self.rank = default_rank if rank is None else rank
         self.world_size = default_world if world_size is None else world_size

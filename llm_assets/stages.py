@@ -856,6 +856,12 @@ def _resolve_duplicates(
 
 
 # --- training_batches -----------------------------------------------------------------------------
+SCATTER_FOLDER = "_scatter"
+"""``training_batches/_scatter/``: the shuffle's intermediate files, one folder per filtered shard
+and scatter input (``<shard>-<input fingerprint>``), shared by every batch folder that needs them.
+Not a batches folder (no ``part-*.parquet``); safe to delete, it is rebuilt when missing."""
+
+
 def shuffle_bucket_count(paths: Sequence[str], minimum: int = 1) -> int:
     """How many shuffle buckets the filtered shards at ``paths`` need: at least ``minimum``, and
     enough that none holds more than :data:`SHUFFLE_BUCKET_BYTES` of the columns the shuffle reads.
@@ -874,15 +880,28 @@ def run_training_batches(
     megatron: bool = False,
 ) -> StageReport:
     """Shuffle globally with bounded memory (scatter to hash buckets, then sort each bucket) and
-    pack or pad every (split, bucket) into one Parquet file."""
+    pack or pad every (split, bucket) into one Parquet file.
+
+    Unlike the document stages, whose shards are one per input shard and replaced one for one,
+    the batch files are a set whose size follows the data (one per split and shuffle bucket), so
+    their folder is named by the stage config *and* the upstream state (every filtered shard's
+    checksum): ``training_batches/<fingerprint>/`` holds exactly one consistent set, a pure
+    function of its name. Another upstream state writes another folder (never over this one's
+    files, never beside them), and coming back to this one reuses it, catalog rows included. The
+    scatter files are content-addressed too (``training_batches/_scatter/<shard>-<input>/``), so
+    every batch config and upstream state shares those of the shards it has in common."""
     started = time.time()
     asset = TRAINING_BATCHES
     upstream = _upstream(ctx, FILTERED_DOCUMENTS)
     n_buckets = shuffle_bucket_count([s.path for s in upstream], spec.shuffle_buckets)
     config = {**asdict(spec), "compression_level": compression_level}
-    stage_fp = fingerprint(asset, STAGE_CODE_VERSIONS[asset], config)
+    # What the scatter of one shard depends on besides its bytes; with every shard's checksum,
+    # what every batch file depends on besides the config (the files' source_fingerprint).
+    scatter_fp_base = (spec.seed, spec.validation_fraction, n_buckets, SCATTER_FORMAT)
+    all_fp = fingerprint([s.checksum for s in upstream], *scatter_fp_base)
+    stage_fp = fingerprint(asset, STAGE_CODE_VERSIONS[asset], config, all_fp)
     folder = stage_dir(ctx.warehouse_root, asset, stage_fp)
-    scatter_root = folder / "_scatter"
+    scatter_root = stage_dir(ctx.warehouse_root, asset, SCATTER_FOLDER)
     meta = carried_metadata(upstream[0].path)
     token_type = pq.read_schema(upstream[0].path).field(INPUT_IDS).type.value_type
 
@@ -892,11 +911,12 @@ def run_training_batches(
     created_at = _created_at(ctx)
 
     scatter_started = time.perf_counter()
-    scatter_fp_base = (spec.seed, spec.validation_fraction, n_buckets, SCATTER_FORMAT)
     scatter_tasks = []
+    scatter_dirs = []
     for source in upstream:
-        out_dir = str(scatter_root / source.shard)
         input_fp = fingerprint(source.checksum, *scatter_fp_base)
+        out_dir = str(scatter_root / f"{source.shard}-{input_fp}")
+        scatter_dirs.append(out_dir)
         if not scatter_done(out_dir, input_fp):
             scatter_tasks.append(
                 ScatterTask(source.shard, source.path, out_dir, input_fp, spec, n_buckets)
@@ -915,8 +935,6 @@ def run_training_batches(
     run_on_backend(ctx, asset, scatter_root, run_scatter, scatter_tasks, scattered)
     scatter_seconds = time.perf_counter() - scatter_started
 
-    scatter_dirs = tuple(str(scatter_root / s.shard) for s in upstream)
-    all_fp = fingerprint([s.checksum for s in upstream], *scatter_fp_base)
     counts: Counter[str] = Counter()
     lengths: Counter[int] = Counter()
     for directory in scatter_dirs:
@@ -961,12 +979,16 @@ def run_training_batches(
     extra: dict[str, Any] = {
         "scatter_seconds": scatter_seconds,
         "shuffle_buckets": n_buckets,
+        "source_fingerprint": all_fp,
         SECONDS_BY_PART: scatter_parts,
     }
     if megatron:
         # From the scatter files, like the gather: before it, so that the catalog's record of
-        # the materialization holds the export's paths and its time.
-        extra["megatron"] = _write_megatron(ctx, folder, scatter_dirs, n_buckets, meta, all_fp)
+        # the materialization holds the export's paths and its time. In the batches' own folder,
+        # so it belongs to one upstream state as they do.
+        extra["megatron"] = _write_megatron(
+            ctx, folder, tuple(scatter_dirs), n_buckets, meta, all_fp
+        )
     report = _execute(
         ctx,
         asset=asset,
@@ -997,7 +1019,11 @@ def _write_megatron(
     meta: dict[str, str],
     input_fp: str,
 ) -> dict[str, str]:
-    """One Megatron-LM dataset per split under ``<folder>/megatron/``, reused when complete."""
+    """One Megatron-LM dataset per split under ``<folder>/megatron/``, reused when complete.
+
+    ``folder`` is the batches' folder, named by the upstream state like them: the export of
+    another state goes to that state's folder, so no ``.bin`` of one state ever sits beside the
+    ``.idx`` or sidecar of another."""
     tasks = []
     prefixes = {}
     for split in SPLITS:

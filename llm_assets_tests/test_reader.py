@@ -14,6 +14,7 @@ from llm_assets.lib.batching import BatchSpec, batch_schema_metadata, pack_seque
 from llm_assets.reader import (
     IterableTokenBatches,
     MetadataMismatchError,
+    MixedSourcesError,
     TokenBatchDataset,
     batch_files,
 )
@@ -21,7 +22,15 @@ from llm_assets.reader import (
 SEQ = 32
 
 
-def _write(folder, split: str, part: int, n_docs: int, seed: int, fingerprint: str = "fp") -> None:
+def _write(
+    folder,
+    split: str,
+    part: int,
+    n_docs: int,
+    seed: int,
+    fingerprint: str = "fp",
+    source: str = "in",
+) -> None:
     rng = np.random.default_rng(seed)
     docs = [rng.integers(0, 50_000, rng.integers(1, 90), dtype=np.uint16) for _ in range(n_docs)]
     table, _ = pack_sequences(docs, SEQ, 50256, 50256, False, pa.uint16())
@@ -31,7 +40,7 @@ def _write(folder, split: str, part: int, n_docs: int, seed: int, fingerprint: s
         tokenizer_fingerprint=fingerprint,
         vocab_size=50257,
         split=split,
-        input_fingerprint="in",
+        input_fingerprint=source,
     )
     pq.write_table(
         table.replace_schema_metadata(meta),
@@ -144,3 +153,43 @@ def test_columns_limits_what_is_decoded(batches):
         x["input_ids"].tolist()
         for x in IterableTokenBatches(batches, "train", columns=["input_ids"])
     ] == _all_rows(batches)
+
+
+def test_files_of_two_upstream_states_in_one_folder_are_refused(batches):
+    """A stale file of an earlier upstream state beside the current ones (what a batches folder
+    shared by two states held): same tokenizer, layout and seq_len, so only the source
+    fingerprint tells. Refused, naming each fingerprint with its files, by both datasets."""
+    _write(batches, "train", 3, 10, seed=3, source="stale")
+    message = (
+        rf"{batches}: batch files of 2 different upstream states "
+        r"\(llm_assets\.source_fingerprint differs\): 'in' in part-train-00000\.parquet, "
+        r"part-train-00001\.parquet, part-train-00002\.parquet, "
+        r"part-validation-00000\.parquet; 'stale' in "
+        r"part-train-00003\.parquet\. .*current folder"
+    )
+    with pytest.raises(MixedSourcesError, match=message):
+        TokenBatchDataset(batches, "train")
+    with pytest.raises(MixedSourcesError, match=message):
+        IterableTokenBatches(batches, "train", expected_layout="packed", expected_seq_len=SEQ)
+    assert issubclass(MixedSourcesError, MetadataMismatchError)
+
+
+def test_a_folder_whose_other_split_is_of_another_state_is_refused(batches):
+    """Train files all of one state, the validation file of another: the two splits would
+    divide the documents differently (a validation document may be in train), so reading
+    either split of that folder is refused; the files of one split as a list are one set."""
+    (batches / "part-validation-00000.parquet").unlink()
+    _write(batches, "validation", 0, 6, seed=9, source="stale")
+    for split in ("train", "validation"):
+        with pytest.raises(MixedSourcesError, match=r"'in' in part-train-00000.*'stale' in"):
+            TokenBatchDataset(batches, split)
+    train = batch_files(batches, "train")
+    assert len(TokenBatchDataset(train, "train")) == len(_all_rows(batches))
+
+
+def test_a_list_of_files_of_two_states_is_refused_with_their_paths(batches, tmp_path_factory):
+    other = tmp_path_factory.mktemp("other")
+    _write(other, "train", 0, 5, seed=1, source="other")
+    files = [*batch_files(batches, "train"), other / "part-train-00000.parquet"]
+    with pytest.raises(MixedSourcesError, match=rf"'other' in {other}/part-train-00000\.parquet"):
+        TokenBatchDataset(files, "train")

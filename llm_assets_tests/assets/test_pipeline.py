@@ -553,6 +553,99 @@ def test_megatron_output_holds_every_document_in_the_batches_order(sample_input,
     assert [train[i][:-1].tolist() for i in range(len(train))] == batches
 
 
+def _batches_state(root: Path, result) -> dict:
+    """What a user finds of the current batches: the materialization's folder, what the reader
+    reads there, what the catalog says is current, and the folder's files with their bytes."""
+    from llm_assets.lib.megatron import read_megatron
+    from llm_assets.reader import IterableTokenBatches, TokenBatchDataset
+
+    meta = materializations(result)[TRAINING_BATCHES]
+    folder = Path(meta["folder"].value)
+    current = WarehouseResource(root=str(root)).catalog().current_shards(TRAINING_BATCHES)
+    catalog_rows = {
+        split: sum(s.rows_out for s in current if f"/part-{split}-" in s.path)
+        for split in ("train", "validation")
+    }
+    return {
+        "run_id": result.run_id,
+        "meta": meta,
+        "folder": folder,
+        "current": sorted(Path(s.path) for s in current),
+        "files": {  # every file of the folder, the Megatron export's included
+            p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in folder.rglob("*")
+            if p.is_file()
+        },
+        "reader_rows": {
+            split: len(TokenBatchDataset(folder, split)) for split in ("train", "validation")
+        },
+        "iterable_rows": sum(1 for _ in IterableTokenBatches(folder, "train")),
+        "catalog_rows": catalog_rows,
+        "megatron": {
+            split: len(read_megatron(prefix)) for split, prefix in meta["megatron"].value.items()
+        },
+    }
+
+
+def test_each_upstream_state_has_its_own_batches_folder_and_going_back_reuses_it(
+    sample_input, tmp_path, monkeypatch
+):
+    """Default config, then ascii_lower upstream (more tokens: one more shuffle bucket, so more
+    batch files), then the default again on the same warehouse. Each time the folder the
+    metadata names holds exactly the current batch files, and the reader over it returns exactly
+    the sequences the catalog and the metadata count. Before: one folder per batches config, so
+    the third run overwrote two files in place and left the ascii_lower run's third bucket beside
+    them (the reader returned its sequences too), and it recomputed everything, scatter
+    included, because the second run had overwritten the files and their catalog rows."""
+    from llm_assets import stages
+
+    # The sample is under one 8 MB shuffle bucket; a smaller target lets the bucket count follow
+    # the data here as it does at scale: 2 buckets for the default, 3 for ascii_lower.
+    monkeypatch.setattr(stages, "SHUFFLE_BUCKET_BYTES", 400_000)
+    root = tmp_path / "wh"
+    batches = {"megatron": True}
+    states = []
+    for normalize in ({}, {"preset": "ascii_lower"}, {}):
+        result = materialize(
+            sample_input, root, normalized_documents=normalize, training_batches=batches
+        )
+        assert result.success
+        assert all(c.passed for c in result.get_asset_check_evaluations())
+        state = _batches_state(root, result)
+        states.append(state)
+        meta = state["meta"]
+        # The folder holds the current batch files, no others; the reader reads exactly those.
+        assert sorted(state["folder"].glob("part-*.parquet")) == state["current"]
+        assert state["reader_rows"] == state["catalog_rows"]
+        assert state["iterable_rows"] == state["catalog_rows"]["train"]
+        assert sum(state["reader_rows"].values()) == meta["sequences"].value
+        assert sum(state["megatron"].values()) == meta["documents"].value
+        assert all(
+            Path(prefix).parent == state["folder"] / "megatron"
+            for prefix in meta["megatron"].value.values()
+        )
+    default, lower, again = states
+    assert lower["folder"] != default["folder"]
+    assert len(lower["current"]) > len(default["current"])  # the case that left stale files
+    assert lower["reader_rows"] != default["reader_rows"]
+    # Going back: the same folder, untouched by the ascii_lower run, reused as it was.
+    assert again["folder"] == default["folder"]
+    assert again["files"] == default["files"]
+    assert again["reader_rows"] == default["reader_rows"]
+    assert again["megatron"] == default["megatron"]
+    meta = again["meta"]
+    assert meta["shards_computed"].value == 0
+    assert meta["shards_reused"].value == len(default["current"])
+    assert set(meta["seconds_by_part"].value.values()) == {0}  # no scatter, no gather task
+    assert meta["source_fingerprint"].value == default["meta"]["source_fingerprint"].value
+    # The first run's lineage rows were found as they were, not replaced or rebuilt.
+    catalog = WarehouseResource(root=str(root)).catalog()
+    assert catalog.query(
+        "SELECT count(*) FROM shards WHERE asset = ? AND run_id = ?",
+        [TRAINING_BATCHES, again["run_id"]],
+    ) == [(0,)]
+
+
 SHORT_TEXT_FILTERS = {
     "quality": {"enabled": False},
     "repetition": {"enabled": False},
