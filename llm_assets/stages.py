@@ -911,6 +911,8 @@ def run_training_batches(
     created_at = _created_at(ctx)
 
     scatter_started = time.perf_counter()
+    if stale := remove_stale_temporaries(scatter_root):
+        ctx.log.info(f"{asset}: removed {stale} scatter folder(s) of interrupted runs")
     scatter_tasks = []
     scatter_dirs = []
     for source in upstream:

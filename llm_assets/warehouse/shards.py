@@ -15,6 +15,7 @@ import contextlib
 import hashlib
 import json
 import os
+import shutil
 import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -210,13 +211,17 @@ def completed_input_fingerprint(path: str | Path) -> str | None:
 
 
 def remove_stale_temporaries(folder: str | Path) -> int:
-    """Delete temporary files a killed run left in ``folder`` (and its ``rejects/``)."""
+    """Delete the temporary files and folders (the shuffle's scatter folders) a killed run left
+    in ``folder`` (and its ``rejects/``)."""
     removed = 0
     for sub in (Path(folder), Path(folder) / "rejects"):
         if sub.is_dir():
             for item in sub.iterdir():
                 if TMP_MARKER in item.name:
                     with contextlib.suppress(FileNotFoundError):
-                        item.unlink()
+                        if item.is_dir() and not item.is_symlink():
+                            shutil.rmtree(item)
+                        else:
+                            item.unlink()
                         removed += 1
     return removed

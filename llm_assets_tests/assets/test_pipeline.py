@@ -269,6 +269,19 @@ def test_a_damaged_shard_is_computed_again_not_reused(in_process_run):
     )
 
 
+def test_scatter_folders_of_a_killed_run_are_removed(in_process_run):
+    """A run killed mid-scatter leaves a temporary scatter folder (renamed into place only when
+    complete): the next run removes it (before: it stayed forever, one per killed scatter)."""
+    base, _ = in_process_run
+    root = base / "warehouse"
+    stale = root / TRAINING_BATCHES / "_scatter" / "part-x-0123.tmp-deadbeef"
+    stale.mkdir(parents=True)
+    (stale / "scatter.arrow").write_bytes(b"half a scatter file")
+    result = materialize(base / "input", root)
+    assert result.success
+    assert not stale.exists()
+
+
 def test_shard_written_but_never_recorded_is_recovered_from_its_footer(in_process_run):
     """A run killed between committing a shard file and recording it in the catalog: the next
     run reuses the file and records it, so the catalog lists every shard again."""
