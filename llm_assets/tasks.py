@@ -14,7 +14,6 @@ import json
 import os
 import shutil
 import time
-import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -57,9 +56,9 @@ from llm_assets.warehouse.shards import (
     ROWS_IN,
     ROWS_REJECTED,
     STATS,
-    TMP_MARKER,
     AtomicParquetWriter,
     read_footer_metadata,
+    temporary_path,
 )
 
 _FOOTER_BOOKKEEPING = (INPUT_FINGERPRINT, ROWS_IN, ROWS_REJECTED, STATS)
@@ -541,7 +540,7 @@ def run_scatter(task: ScatterTask) -> dict[str, Any]:
         keyed = table.append_column("shuffle_key", pa.array(keys, pa.uint64())).take(order)
         present, starts, sizes = np.unique(groups[order], return_index=True, return_counts=True)
     final = Path(task.output_dir)
-    tmp = final.with_name(f"{final.name}{TMP_MARKER}{uuid.uuid4().hex[:8]}")
+    tmp = temporary_path(final)
     tmp.mkdir(parents=True)
     counts: dict[str, int] = {}
     ends: dict[str, int] = {}

@@ -64,9 +64,10 @@ RAGGED_ROW = "ragged_row"
 """A CSV record whose field count differs from the header's; value = ``expected N fields, got
 M``."""
 MALFORMED_RECORD = "malformed_record"
-"""A CSV record the parser cannot read (a character after a closing quote: ``"ok" x``); value =
-the parser's message. Reading goes on at the next line. (A quote never closed swallows the rest
-of the file into one field: that is a ``corrupt_file`` at the record it began.)"""
+"""A CSV record the parser refuses; value = the parser's message; reading goes on at the next
+line. The parser is lenient, as spreadsheet programs are (text after a closing quote, ``"ok" x``,
+is read into the field), so this is rare. (A quote never closed would swallow the rest of the
+file into one field: that is a ``corrupt_file`` at the record it opens.)"""
 CORRUPT_FILE = "corrupt_file"
 """The stream cannot be decoded (not gzip / zstd / Parquet, or damaged midway; a CSV quote never
 closed): one reject for the rest of the file, at the line where reading stopped (0 if nothing was
@@ -507,16 +508,17 @@ def _read_csv(path: str, source_file: str, spec: IngestSpec) -> Iterator[StageRe
 
     Bytes are decoded with ``surrogateescape`` so that one record's invalid UTF-8 rejects only
     that record. The csv module's field size limit (process-wide, 128 KiB by default) is raised
-    so that long documents are read instead of failing the file. The parser is strict: a record
-    it cannot read is a ``malformed_record`` reject and reading goes on at the next line, and a
-    quote that is never closed (which would otherwise make the rest of the file one field, its
-    records silently gone) is a ``corrupt_file`` reject at the record where it began.
+    so that long documents are read instead of failing the file. The parser is lenient (text
+    after a closing quote is read into the field, as spreadsheet programs do), but a quote that
+    is never closed, which makes the parser read to the end of the file for one field (the
+    records after it silently gone), is a ``corrupt_file`` reject at the record where it opens.
+    A record the parser refuses is a ``malformed_record`` reject.
     """
     csv.field_size_limit(max(csv.field_size_limit(), _MAX_CSV_FIELD))
     batch = _Batch(source_file)
     with open(path, encoding="utf-8-sig", errors="surrogateescape", newline="") as handle:
         lines = _RecordLines(handle)
-        rows = csv.reader(lines, delimiter=spec.csv_delimiter, strict=True)
+        rows = csv.reader(lines, delimiter=spec.csv_delimiter)
         try:
             header = [_repair(name) for name in next(rows, [])]
         except csv.Error as error:
@@ -535,15 +537,17 @@ def _read_csv(path: str, source_file: str, spec: IngestSpec) -> Iterator[StageRe
                 break
             except csv.Error as error:
                 record += 1
-                if lines.exhausted:
-                    value = f"a quoted field is never closed ({error})"
-                    batch.reject(record, CORRUPT_FILE, value, _repair(lines.record()))
-                    break
                 batch.reject(record, MALFORMED_RECORD, str(error), _repair(lines.record()))
             else:
                 if not row:  # a blank line
                     continue
                 record += 1
+                if lines.exhausted:
+                    # The parser asks for a line past the end only inside a quoted field: this
+                    # record's quote is never closed and it holds the rest of the file.
+                    value = "a quoted field is never closed: the rest of the file is unreadable"
+                    batch.reject(record, CORRUPT_FILE, value, _repair(lines.record()))
+                    break
                 _add_csv_record(batch, record, row, len(header), text_index, others, spec)
             if len(batch) >= spec.batch_rows:
                 yield batch.flush()

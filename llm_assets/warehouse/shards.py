@@ -15,6 +15,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
 import uuid
 from collections.abc import Iterable, Iterator
@@ -35,6 +36,7 @@ ROWS_REJECTED = "llm_assets.rows_rejected"
 STATS = "llm_assets.stats"
 """JSON object of additive per-shard statistics (tokens, padding, ...), summed per asset."""
 TMP_MARKER = ".tmp-"
+_TEMPORARY_NAME = re.compile(re.escape(TMP_MARKER) + r"[0-9a-f]{8}$")
 CHECKSUM_ALGORITHM = "xxh3_128"
 DEFAULT_COMPRESSION = "zstd"
 """Codec of files people keep: training batches (the product) and rejects (the audit trail)."""
@@ -116,7 +118,7 @@ class AtomicParquetWriter:
     ) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.tmp_path = self.path.with_name(f"{self.path.name}{TMP_MARKER}{uuid.uuid4().hex[:8]}")
+        self.tmp_path = temporary_path(self.path)
         merged = dict(schema.metadata or {})
         merged.update({k.encode(): str(v).encode() for k, v in (metadata or {}).items()})
         self.schema = schema.with_metadata(merged)
@@ -210,6 +212,19 @@ def completed_input_fingerprint(path: str | Path) -> str | None:
         return None
 
 
+def temporary_path(final: Path) -> Path:
+    """Where a file or folder is written before it is renamed to ``final``: ``final``'s name
+    plus ``.tmp-`` and 8 random hex digits (so parallel attempts never share one)."""
+    return final.with_name(f"{final.name}{TMP_MARKER}{uuid.uuid4().hex[:8]}")
+
+
+def is_temporary(name: str) -> bool:
+    """Whether ``name`` is one :func:`temporary_path` made: it *ends* with the marker and its 8
+    hex digits. (A shard's own name may hold ``.tmp-``: shard names come from input file names,
+    and ``export.tmp-2024.jsonl`` is a valid one.)"""
+    return _TEMPORARY_NAME.search(name) is not None
+
+
 def remove_stale_temporaries(folder: str | Path) -> int:
     """Delete the temporary files and folders (the shuffle's scatter folders) a killed run left
     in ``folder`` (and its ``rejects/``)."""
@@ -217,7 +232,7 @@ def remove_stale_temporaries(folder: str | Path) -> int:
     for sub in (Path(folder), Path(folder) / "rejects"):
         if sub.is_dir():
             for item in sub.iterdir():
-                if TMP_MARKER in item.name:
+                if is_temporary(item.name):
                     with contextlib.suppress(FileNotFoundError):
                         if item.is_dir() and not item.is_symlink():
                             shutil.rmtree(item)

@@ -530,6 +530,20 @@ def test_bad_rows_in_a_new_file_are_rejects_and_the_run_succeeds(sample_input, t
     assert all(c.passed for c in result.get_asset_check_evaluations())
 
 
+def test_an_input_file_named_with_tmp_is_read_and_kept(sample_input, tmp_path):
+    """``export.tmp-2024.jsonl``: its shards' names hold ``.tmp-``, which the clean-up of
+    interrupted attempts took for a temporary file, deleting the shard it had just written, so
+    every run failed at raw_documents."""
+    shutil.copy(sample_input / "wiki_sample.jsonl", sample_input / "export.tmp-2024.jsonl")
+    result = materialize(sample_input, tmp_path / "wh")
+    assert result.success
+    catalog = WarehouseResource(root=str(tmp_path / "wh")).catalog()
+    (rows,) = catalog.query(
+        "SELECT count(*) FROM filtered_documents WHERE source_file = 'export.tmp-2024.jsonl'"
+    )[0]
+    assert rows > 0
+
+
 def test_megatron_output_holds_every_document_in_the_batches_order(sample_input, tmp_path):
     from llm_assets.lib.megatron import read_megatron
 

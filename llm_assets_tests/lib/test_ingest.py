@@ -23,7 +23,6 @@ from llm_assets.lib.ingest import (
     EMPTY_FILE,
     INVALID_JSON,
     INVALID_UTF8,
-    MALFORMED_RECORD,
     MISSING_TEXT,
     NON_STRING_TEXT,
     NOT_AN_OBJECT,
@@ -225,23 +224,22 @@ def test_parquet_string_view_text_and_repeated_column_names(tmp_path):
     assert json.loads(kept["metadata"][0].as_py()) == {"text#2": "b", "id": 1, "id#2": 2}
 
 
-def test_csv_quoting_errors_are_rejects_and_nothing_is_swallowed(tmp_path):
-    """A character after a closing quote rejects that record (``malformed_record``) and reading
-    goes on at the next line; a quote never closed is a ``corrupt_file`` at the record it opens
-    (before: the rest of the file became that record's text, its records silently gone)."""
-    (tmp_path / "stray.csv").write_text('id,text\n1,"ok" x\n2,fine\n3,"two\nlines"\n4,"b"y\n5,z\n')
-    kept, rejects = read(tmp_path / "stray.csv")
-    assert kept["source_line"].to_pylist() == [2, 3, 5]
-    assert kept["text"].to_pylist() == ["fine", "two\nlines", "z"]
-    assert reasons(rejects) == [(1, MALFORMED_RECORD), (4, MALFORMED_RECORD)]
-    assert rejects["sample"].to_pylist() == ['1,"ok" x', '4,"b"y']
-
+def test_csv_quote_never_closed_is_a_reject_and_nothing_is_swallowed(tmp_path):
+    """A quote never closed is a ``corrupt_file`` at the record it opens (before: the rest of
+    the file became that record's text, its records silently gone). Text after a closing quote
+    (``"ok" x``, ``"alpha" ``, written by some exporters) is read into the field, as before and
+    as spreadsheet programs do; a quoted field spanning lines at the end of the file is whole."""
     (tmp_path / "open.csv").write_text('id,text\n1,"ok"\n2,"never closed\n3,after\n4,more\n')
     kept, rejects = read(tmp_path / "open.csv")
     assert kept["text"].to_pylist() == ["ok"]
     assert reasons(rejects) == [(2, CORRUPT_FILE)]
     assert "never closed" in rejects["value"][0].as_py()
     assert rejects["sample"][0].as_py() == '2,"never closed\n3,after\n4,more'
+
+    (tmp_path / "loose.csv").write_text('id,text\n1,"ok" x\n2,"alpha" \n3,fine\n4,"two\nlines"')
+    kept, rejects = read(tmp_path / "loose.csv")
+    assert kept["text"].to_pylist() == ["ok x", "alpha ", "fine", "two\nlines"]
+    assert rejects.num_rows == 0
 
 
 def test_csv_repeated_column_names_keep_every_value(tmp_path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -18,8 +19,10 @@ from llm_assets.warehouse.shards import (
     decoded_column_bytes,
     file_checksum,
     fingerprint,
+    is_temporary,
     read_footer_metadata,
     remove_stale_temporaries,
+    temporary_path,
 )
 
 SCHEMA = pa.schema([("a", pa.int64()), ("b", pa.string())])
@@ -80,12 +83,25 @@ def test_error_inside_block_leaves_nothing(tmp_path):
 
 
 def test_leftover_temporaries_of_a_killed_run_are_removed(tmp_path):
+    """Files and (scatter) folders named by temporary_path go; a finished shard whose name holds
+    ``.tmp-`` (from an input file such as ``export.tmp-2024.jsonl``) stays (before: any name
+    holding the marker was deleted, so such a shard was removed right after it was written)."""
     (tmp_path / "rejects").mkdir()
-    (tmp_path / f"part-a.parquet{TMP_MARKER}1234").write_bytes(b"half")
-    (tmp_path / "rejects" / f"part-a.parquet{TMP_MARKER}5678").write_bytes(b"half")
-    (tmp_path / "part-b.parquet").write_bytes(b"keep")
-    assert remove_stale_temporaries(tmp_path) == 2
-    assert [p.name for p in tmp_path.iterdir() if p.is_file()] == ["part-b.parquet"]
+    temporary_path(tmp_path / "part-a.parquet").write_bytes(b"half")
+    temporary_path(tmp_path / "rejects" / "part-a.parquet").write_bytes(b"half")
+    scatter = temporary_path(tmp_path / "shard-0123456789abcdef")
+    scatter.mkdir()
+    (scatter / "scatter.arrow").write_bytes(b"half")
+    keep = ["part-b.parquet", f"part-export{TMP_MARKER}2024.jsonl-6659f5-00000.parquet"]
+    for name in keep:
+        (tmp_path / name).write_bytes(b"keep")
+        (tmp_path / "rejects" / name).write_bytes(b"keep")
+    assert remove_stale_temporaries(tmp_path) == 3
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == sorted(keep)
+    assert sorted(p.name for p in (tmp_path / "rejects").iterdir()) == sorted(keep)
+    assert not scatter.exists()
+    assert is_temporary(temporary_path(Path("x.parquet")).name)
+    assert not is_temporary("export.tmp-2024.jsonl")
 
 
 def test_unreadable_file_is_not_complete(tmp_path):
