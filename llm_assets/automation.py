@@ -1,11 +1,13 @@
 """Sensors and schedules: runs that start themselves.
 
-- :func:`input_folder_sensor`: watches the input folder; a new or changed file (path, size,
-  mtime) starts one ``llm_pipeline`` run that computes only the new shards (the stages reuse every
-  shard whose input fingerprint is unchanged). The run key is derived from the changed files'
-  fingerprints, so the same change never starts two runs; the cursor (file -> fingerprint, JSON)
-  lives in Dagster's storage and survives restarts of the daemon.
-- A nightly refresh of the pipeline and a weekly benchmark report.
+- :func:`input_folder_sensor`: watches the input folder; a new, changed (path, size, mtime) or
+  deleted file starts one ``llm_pipeline`` run that computes only the new shards (the stages
+  reuse every shard whose input fingerprint is unchanged), once the changed files have not been
+  modified for :data:`SETTLE_SECONDS`. The run key is the number of runs so far plus the change's
+  fingerprint, so the same change never starts two runs and a folder that returns to an earlier
+  state starts one; the cursor (files -> fingerprint, runs so far; JSON) lives in Dagster's
+  storage and survives restarts of the daemon.
+- A nightly refresh of the pipeline from the same folder, and a weekly benchmark report.
 
 All of them are off by default: turn them on in the UI (*Automation*) or with
 ``dagster sensor start input_folder_sensor`` / ``dagster schedule start nightly_pipeline``.
@@ -16,7 +18,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 
@@ -24,8 +28,35 @@ from llm_assets.constants import BENCHMARK_JOB, DEFAULT_INPUT_DIR, PIPELINE_JOB,
 from llm_assets.stages import StageInputError, list_input_files
 
 INPUT_DIR_ENV = "LLM_ASSETS_INPUT_DIR"
-"""Environment variable naming the folder the sensor watches (default ``data/sample``)."""
+"""Environment variable naming the folder the sensor and the nightly schedule read (default
+``data/sample``; an empty value counts as unset)."""
 SENSOR_INTERVAL_SECONDS = 30
+SETTLE_SECONDS = 15.0
+"""A new or changed file starts a run only once it has not been modified for this long: a file
+still being copied in would otherwise be read half-written (and its cut-off end recorded as
+rejects), then read again when complete."""
+
+
+def watched_folder(input_dir: str | Path | None = None) -> str:
+    """The input folder of the sensor and the nightly schedule: ``input_dir``, else
+    ``$LLM_ASSETS_INPUT_DIR``, else ``data/sample``."""
+    return str(input_dir or os.environ.get(INPUT_DIR_ENV) or DEFAULT_INPUT_DIR)
+
+
+def pipeline_run_config(folder: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The run config of a run the automation starts: ``raw_documents`` reads ``folder``, with
+    ``extra`` merged in at every depth (so extra settings of ``raw_documents`` keep the folder)."""
+    return _deep_merge({"ops": {RAW_DOCUMENTS: {"config": {"input_dir": folder}}}}, extra or {})
+
+
+def _deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
 
 
 def snapshot(input_dir: str | Path) -> dict[str, str]:
@@ -42,48 +73,92 @@ def changed_files(before: dict[str, str], now: dict[str, str]) -> dict[str, str]
     return {name: fp for name, fp in now.items() if before.get(name) != fp}
 
 
+def deleted_files(before: dict[str, str], now: dict[str, str]) -> list[str]:
+    """Files in ``before`` that are gone (their rows leave the warehouse's current output only
+    when a run lists the folder again)."""
+    return sorted(set(before) - set(now))
+
+
+def _unsettled(changed: dict[str, str], now_s: float, settle_seconds: float) -> list[str]:
+    """Changed files modified less than ``settle_seconds`` ago."""
+    return sorted(
+        name
+        for name, fp in changed.items()
+        if now_s - int(fp.split(":", 1)[1]) / 1e9 < settle_seconds
+    )
+
+
+def _read_cursor(cursor: str | None) -> tuple[dict[str, str], int]:
+    """(files, number of runs requested so far) from the cursor; a cursor of the first format
+    (the files alone) counts as 0 runs."""
+    if not cursor:
+        return {}, 0
+    state = json.loads(cursor)
+    if "files" in state and isinstance(state["files"], dict):
+        return state["files"], int(state.get("runs", 0))
+    return state, 0
+
+
 def build_input_folder_sensor(
     input_dir: str | None = None,
     *,
     name: str = "input_folder_sensor",
     run_config: dict | None = None,
     default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.STOPPED,
+    settle_seconds: float = SETTLE_SECONDS,
 ) -> dg.SensorDefinition:
-    """A sensor that starts ``llm_pipeline`` on new or changed files under ``input_dir`` (default:
-    ``$LLM_ASSETS_INPUT_DIR`` or ``data/sample``). ``run_config`` is merged into each run's
-    config (e.g. a warehouse root)."""
+    """A sensor that starts ``llm_pipeline`` on new, changed or deleted files under ``input_dir``
+    (default: :func:`watched_folder`). ``run_config`` is merged into each run's config at every
+    depth (e.g. a warehouse root, or more ``raw_documents`` settings). Changed files start a run
+    once none has been modified for ``settle_seconds``."""
 
     @dg.sensor(
         name=name,
         job_name=PIPELINE_JOB,
         minimum_interval_seconds=SENSOR_INTERVAL_SECONDS,
         default_status=default_status,
-        description="New or changed input files start a run that computes only what is new",
+        description="New, changed or deleted input files start a run that computes only what "
+        "is new",
     )
     def _sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult | dg.SkipReason:
-        folder = input_dir or os.environ.get(INPUT_DIR_ENV, DEFAULT_INPUT_DIR)
+        folder = watched_folder(input_dir)
         try:
             now = snapshot(folder)
         except StageInputError as err:
             return dg.SkipReason(f"input folder not usable: {err}")
-        before = json.loads(context.cursor) if context.cursor else {}
+        before, runs = _read_cursor(context.cursor)
         changed = changed_files(before, now)
-        if not changed:
-            return dg.SkipReason(f"no new or changed files in {folder} ({len(now)} known)")
-        run_key = hashlib.sha256(json.dumps(sorted(changed.items())).encode()).hexdigest()[:24]
-        config = {"ops": {RAW_DOCUMENTS: {"config": {"input_dir": str(folder)}}}}
-        for key, value in (run_config or {}).items():
-            config.setdefault(key, {}).update(value)
-        context.log.info(f"{len(changed)} new or changed file(s): {sorted(changed)[:10]}")
+        deleted = deleted_files(before, now)
+        if not changed and not deleted:
+            return dg.SkipReason(f"no new, changed or deleted files in {folder} ({len(now)} known)")
+        unsettled = _unsettled(changed, time.time(), settle_seconds)
+        if unsettled:
+            return dg.SkipReason(
+                f"waiting for {len(unsettled)} file(s) modified in the last {settle_seconds:g} s "
+                f"to settle: {unsettled[:5]}"
+            )
+        # The number of runs so far is part of the key: the same change seen twice (the same
+        # cursor) never starts two runs, but a folder that comes back to an earlier state (a
+        # file restored from a backup, same size and mtime) is a new change that starts one.
+        digest = hashlib.sha256(
+            json.dumps([sorted(changed.items()), deleted]).encode()
+        ).hexdigest()[:24]
+        context.log.info(
+            f"{len(changed)} new or changed file(s): {sorted(changed)[:10]}; "
+            f"{len(deleted)} deleted: {deleted[:10]}"
+        )
         return dg.SensorResult(
             run_requests=[
                 dg.RunRequest(
-                    run_key=run_key,
-                    run_config=config,
-                    tags={"llm_assets/changed_files": str(len(changed))},
+                    run_key=f"{runs + 1}-{digest}",
+                    run_config=pipeline_run_config(folder, run_config),
+                    tags={
+                        "llm_assets/changed_files": str(len(changed)),
+                        "llm_assets/deleted_files": str(len(deleted)),
+                    },
                 )
             ],
-            cursor=json.dumps(now, sort_keys=True),
+            cursor=json.dumps({"files": now, "runs": runs + 1}, sort_keys=True),
         )
 
     return _sensor
@@ -91,13 +166,19 @@ def build_input_folder_sensor(
 
 input_folder_sensor = build_input_folder_sensor()
 
-nightly_pipeline = dg.ScheduleDefinition(
+
+@dg.schedule(
     name="nightly_pipeline",
     job_name=PIPELINE_JOB,
     cron_schedule="0 2 * * *",
     default_status=dg.DefaultScheduleStatus.STOPPED,
-    description="Refresh the pipeline every night at 02:00 (finished shards are reused)",
+    description="Refresh the pipeline every night at 02:00 from the watched input folder "
+    "(finished shards are reused)",
 )
+def nightly_pipeline(context: dg.ScheduleEvaluationContext) -> dg.RunRequest:
+    """The watched folder (:func:`watched_folder`), like the sensor: not the job's default."""
+    return dg.RunRequest(run_config=pipeline_run_config(watched_folder()))
+
 
 weekly_benchmark = dg.ScheduleDefinition(
     name="weekly_benchmark",

@@ -4,14 +4,23 @@ unchanged folder is skipped, and the schedules exist but are off until someone t
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import time
+from pathlib import Path
 
 import dagster as dg
 
 from llm_assets.assets.pipeline import PIPELINE_ASSET_DEFS
-from llm_assets.automation import build_input_folder_sensor, changed_files
+from llm_assets.automation import (
+    INPUT_DIR_ENV,
+    build_input_folder_sensor,
+    changed_files,
+    nightly_pipeline,
+    watched_folder,
+)
 from llm_assets.compute.resource import ComputeResource
-from llm_assets.constants import PIPELINE_JOB
+from llm_assets.constants import DEFAULT_INPUT_DIR, PIPELINE_JOB
 from llm_assets.definitions import defs
 from llm_assets.warehouse.resource import WarehouseResource
 from llm_assets_tests.conftest import SAMPLE_DIR
@@ -30,6 +39,13 @@ def _run(request: dg.RunRequest, root) -> dg.ExecuteInProcessResult:
     )
 
 
+def _aged(*paths: Path, seconds: float = 60.0) -> None:
+    """Set the files' mtime ``seconds`` in the past: settled, as a file copied in a while ago."""
+    then = time.time() - seconds
+    for path in paths:
+        os.utime(path, (then, then))
+
+
 def _computed(result) -> dict[str, int]:
     return {
         e.asset_key.to_user_string(): e.materialization.metadata["shards_computed"].value
@@ -40,7 +56,7 @@ def _computed(result) -> dict[str, int]:
 def test_sensor_runs_once_per_change_and_only_new_shards_are_computed(tmp_path):
     input_dir = tmp_path / "input"
     input_dir.mkdir()
-    shutil.copy(SAMPLE_DIR / "wiki_sample.jsonl", input_dir)
+    _aged(Path(shutil.copy(SAMPLE_DIR / "wiki_sample.jsonl", input_dir)))
     root = tmp_path / "warehouse"
     sensor = build_input_folder_sensor(str(input_dir))
     instance = dg.DagsterInstance.ephemeral()
@@ -53,12 +69,11 @@ def test_sensor_runs_once_per_change_and_only_new_shards_are_computed(tmp_path):
 
     # Same folder again: a skip with a reason, and the cursor survives as plain JSON.
     again = sensor(dg.build_sensor_context(instance=instance, cursor=first.cursor))
-    assert isinstance(again, dg.SkipReason) and "no new or changed files" in again.skip_message
-    assert json.loads(first.cursor) == {
-        "wiki_sample.jsonl": json.loads(first.cursor)["wiki_sample.jsonl"]
-    }
+    assert isinstance(again, dg.SkipReason) and "no new, changed or deleted" in again.skip_message
+    assert json.loads(first.cursor)["runs"] == 1
+    assert list(json.loads(first.cursor)["files"]) == ["wiki_sample.jsonl"]
 
-    shutil.copy(SAMPLE_DIR / "reviews.csv", input_dir)
+    _aged(Path(shutil.copy(SAMPLE_DIR / "reviews.csv", input_dir)))
     second = sensor(dg.build_sensor_context(instance=instance, cursor=first.cursor))
     (request2,) = second.run_requests
     assert request2.run_key != request.run_key
@@ -70,6 +85,75 @@ def test_sensor_runs_once_per_change_and_only_new_shards_are_computed(tmp_path):
     computed = _computed(result)
     assert computed["raw_documents"] == 1  # only reviews.csv; wiki_sample's shard reused
     assert computed["normalized_documents"] == 1 and computed["tokenized_documents"] == 1
+
+
+def _evaluate(sensor: dg.SensorDefinition, cursor: str | None):
+    return sensor(dg.build_sensor_context(instance=dg.DagsterInstance.ephemeral(), cursor=cursor))
+
+
+def test_sensor_waits_for_a_file_to_settle_then_runs_once(tmp_path):
+    """A file modified within the settle time (still being copied in) starts no run yet (before:
+    a run read it half-written, recording its cut-off end as rejects, and another run followed)."""
+    (tmp_path / "in").mkdir()
+    path = tmp_path / "in" / "a.jsonl"
+    path.write_text('{"text": "being written"}\n')
+    sensor = build_input_folder_sensor(str(tmp_path / "in"), settle_seconds=30)
+    waiting = _evaluate(sensor, None)
+    assert isinstance(waiting, dg.SkipReason) and "waiting for 1 file(s)" in waiting.skip_message
+    assert "a.jsonl" in waiting.skip_message
+    _aged(path)
+    assert len(_evaluate(sensor, None).run_requests) == 1
+
+
+def test_sensor_runs_on_a_deleted_file_and_on_a_restored_one(tmp_path):
+    """Deleting a file starts a run, so its rows leave the current output (before: nothing ran
+    and the cursor kept the file). A file restored from a backup (same size and mtime as an
+    earlier state) starts a run with a new key (before: the key repeated the first run's, and
+    Dagster starts one run per key, so the restored file was never read)."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    a, b = folder / "a.jsonl", folder / "b.jsonl"
+    a.write_text('{"text": "original"}\n')
+    b.write_text('{"text": "other"}\n')
+    _aged(a, b, seconds=120)
+    original = a.stat()
+    sensor = build_input_folder_sensor(str(folder))
+    first = _evaluate(sensor, None)
+    a.write_text('{"text": "an edit"}\n')
+    _aged(a)
+    edited = _evaluate(sensor, first.cursor)
+    a.write_text('{"text": "original"}\n')
+    os.utime(a, ns=(original.st_atime_ns, original.st_mtime_ns))  # `cp -p` from a backup
+    restored = _evaluate(sensor, edited.cursor)
+    keys = [r.run_requests[0].run_key for r in (first, edited, restored)]
+    assert len(set(keys)) == 3
+    b.unlink()
+    deleted = _evaluate(sensor, restored.cursor)
+    (request,) = deleted.run_requests
+    assert request.tags["llm_assets/deleted_files"] == "1"
+    assert list(json.loads(deleted.cursor)["files"]) == ["a.jsonl"]
+    assert isinstance(_evaluate(sensor, deleted.cursor), dg.SkipReason)
+
+
+def test_extra_run_config_is_merged_at_every_depth(tmp_path):
+    """Extra ``raw_documents`` settings keep the watched folder (before: a one-level merge
+    replaced the op's config, and the run read ``data/sample`` instead)."""
+    (tmp_path / "in").mkdir()
+    _aged(Path(shutil.copy(SAMPLE_DIR / "wiki_sample.jsonl", tmp_path / "in")))
+    extra = {"ops": {"raw_documents": {"config": {"text_field": "output"}}}}
+    sensor = build_input_folder_sensor(str(tmp_path / "in"), run_config=extra)
+    config = _evaluate(sensor, None).run_requests[0].run_config["ops"]["raw_documents"]["config"]
+    assert config == {"input_dir": str(tmp_path / "in"), "text_field": "output"}
+
+
+def test_nightly_schedule_reads_the_watched_folder(tmp_path, monkeypatch):
+    """The nightly run reads ``$LLM_ASSETS_INPUT_DIR``, the sensor's folder (before: an empty run
+    config, so always ``data/sample``); an empty variable counts as unset."""
+    monkeypatch.setenv(INPUT_DIR_ENV, str(tmp_path))
+    request = nightly_pipeline(dg.build_schedule_context())
+    assert request.run_config["ops"]["raw_documents"]["config"]["input_dir"] == str(tmp_path)
+    monkeypatch.setenv(INPUT_DIR_ENV, "")
+    assert watched_folder() == DEFAULT_INPUT_DIR
 
 
 def test_sensor_skips_a_missing_folder_with_its_reason(tmp_path):
