@@ -23,7 +23,7 @@ STAGE_CODE_VERSIONS: dict[str, str] = {
     NORMALIZED_DOCUMENTS: "1",
     TOKENIZED_DOCUMENTS: "1",
     FILTERED_DOCUMENTS: "2",
-    TRAINING_BATCHES: "1",
+    TRAINING_BATCHES: "2",
 }
 """Bump a stage's version when its output for the same input and config changes: its shards (and
 everything downstream) are then recomputed instead of reused."""

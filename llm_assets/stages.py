@@ -55,7 +55,6 @@ from llm_assets.lib.schema import INPUT_IDS
 from llm_assets.lib.tokenization import TokenizerSpec, tokenize_table
 from llm_assets.paths import PathEscapeError, inside
 from llm_assets.tasks import (
-    SCATTER_COLUMNS,
     SCATTER_FORMAT,
     SPLITS,
     DedupApplyTask,
@@ -75,6 +74,7 @@ from llm_assets.tasks import (
     run_map,
     run_megatron,
     run_scatter,
+    scatter_columns,
     scatter_done,
     scatter_key,
     scatter_pieces,
@@ -115,7 +115,7 @@ RECORD_EVERY_S = 1.0
 DuckDB commit costs ~20 ms; a shard finished but not yet recorded is still found by its footer)."""
 SHUFFLE_BUCKET_BYTES = 8 * 1024 * 1024
 """Target size of one shuffle bucket: decoded bytes of the columns the shuffle holds
-(:data:`~llm_assets.tasks.SCATTER_COLUMNS`, token ids as Parquet's 32-bit values), which bounds the
+(:func:`~llm_assets.tasks.scatter_columns`, token ids as Parquet's 32-bit values), which bounds the
 memory of one gather task. At 8 MB a gather task peaks ~40 MB above a worker's idle size (16 MB:
 ~80 MB); n_buckets is part of the scatter fingerprint, so changing it never reuses stale buckets."""
 DEDUP_MEMORY_LIMIT = "1GB"
@@ -868,7 +868,9 @@ def shuffle_bucket_count(paths: Sequence[str], minimum: int = 1) -> int:
 
     Counted from the footers' decoded sizes, not the files' sizes: the codec of the shards and
     their text column (which the shuffle never reads) do not change the bucket count."""
-    total = sum(decoded_column_bytes(path, SCATTER_COLUMNS) for path in paths)
+    total = sum(
+        decoded_column_bytes(path, scatter_columns(pq.read_schema(path).names)) for path in paths
+    )
     return max(minimum, -(-total // SHUFFLE_BUCKET_BYTES))
 
 
@@ -963,6 +965,7 @@ def run_training_batches(
                     created_at=created_at,
                 ).items()
             }
+            rej = str(folder / "rejects" / shard_file_name(key))
             task = GatherTask(
                 key=key,
                 split=split,
@@ -976,8 +979,9 @@ def run_training_batches(
                 token_type=str(token_type),
                 metadata=tuple(sorted({**meta, **file_meta}.items())),
                 compression_level=compression_level,
+                rejects_path=rej,
             )
-            planned.append(_Planned(key, out, None, all_fp, tuple(s.path for s in upstream), task))
+            planned.append(_Planned(key, out, rej, all_fp, tuple(s.path for s in upstream), task))
     extra: dict[str, Any] = {
         "scatter_seconds": scatter_seconds,
         "shuffle_buckets": n_buckets,

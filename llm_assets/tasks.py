@@ -25,8 +25,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from llm_assets.constants import TRAINING_BATCHES
 from llm_assets.lib.batching import (
     LENGTH_BUCKET,
+    PROMPT_FILLS_SEQUENCE,
     BatchSpec,
     PackStats,
     assign_buckets,
@@ -35,6 +37,7 @@ from llm_assets.lib.batching import (
     longest_in_batch,
     pack_sequences,
     pad_sequences,
+    prompt_fills_sequence,
     shuffle_keys,
     shuffle_order,
 )
@@ -46,9 +49,13 @@ from llm_assets.lib.schema import (
     PROMPT_TOKENS,
     REASON,
     REJECT_SCHEMA,
+    SOURCE_FILE,
+    SOURCE_LINE,
     VALUE,
     StageResult,
     drop_rows,
+    empty_rejects,
+    rejects_table,
 )
 from llm_assets.warehouse.shards import (
     INPUT_FINGERPRINT,
@@ -407,7 +414,7 @@ class ScatterTask:
 
 SCATTER_FILE = "buckets.arrow"
 """One Arrow IPC file per scattered shard: one record batch per (split, bucket)."""
-SCATTER_FORMAT = "ipc-3"
+SCATTER_FORMAT = "ipc-4"
 """Part of every scatter fingerprint: a folder written in another layout is scattered again."""
 _IPC_MAGIC_BYTES = 8
 """An Arrow IPC file starts with ``ARROW1`` padded to 8 bytes; its schema message follows."""
@@ -416,6 +423,16 @@ ScatterPiece = tuple[str, int, int, int, int]
 message (offset, length) and the batch's message (offset, length)."""
 SCATTER_COLUMNS = (DOC_ID, INPUT_IDS, PROMPT_TOKENS, LABEL)
 """The columns of a filtered shard the shuffle reads and holds (those present); the text stays."""
+SFT_SCATTER_COLUMNS = (SOURCE_FILE, SOURCE_LINE)
+"""Held too for SFT rows (with ``prompt_tokens``), which the gather may reject
+(:data:`~llm_assets.lib.batching.PROMPT_FILLS_SEQUENCE`): a reject names its source."""
+
+
+def scatter_columns(names: Iterable[str]) -> list[str]:
+    """The columns the shuffle reads from a filtered shard with columns ``names``."""
+    present = set(names)
+    wanted = SCATTER_COLUMNS + (SFT_SCATTER_COLUMNS if PROMPT_TOKENS in present else ())
+    return [c for c in wanted if c in present]
 
 
 def scatter_key(split: str, bucket: int) -> str:
@@ -521,8 +538,7 @@ def run_scatter(task: ScatterTask) -> dict[str, Any]:
     started = time.perf_counter()
     parts = PartTimes()
     with parts.part("read"):
-        available = set(pq.read_schema(task.input_path).names)
-        columns = [c for c in SCATTER_COLUMNS if c in available]
+        columns = scatter_columns(pq.read_schema(task.input_path).names)
         with pq.ParquetFile(task.input_path) as source:
             table = source.read(columns=columns, use_threads=READ_THREADS)
     with parts.part("compute"):
@@ -604,6 +620,37 @@ class GatherTask:
     token_type: str
     metadata: tuple[tuple[str, str], ...] = ()
     compression_level: int | None = None
+    rejects_path: str | None = None
+    """Where the documents the layout cannot use go (:func:`untrainable_rejects`), if any."""
+
+
+def untrainable_rejects(
+    table: pa.Table, order: np.ndarray, spec: BatchSpec
+) -> tuple[np.ndarray, pa.Table]:
+    """Split shuffle ``order`` into the documents the layout uses and the rejects of those it
+    cannot: SFT documents whose prompt fills their one sequence (padded and bucketed layouts;
+    :func:`~llm_assets.lib.batching.prompt_fills_sequence`). Every other document is used."""
+    if PROMPT_TOKENS not in table.column_names or spec.layout == "packed":
+        return order, empty_rejects()
+    lengths = pc.list_value_length(table[INPUT_IDS]).to_numpy(zero_copy_only=False)[order]
+    prompts = table[PROMPT_TOKENS].to_numpy()[order]
+    bad = prompt_fills_sequence(lengths, prompts, spec.seq_len)
+    if not bad.any():
+        return order, empty_rejects()
+    dropped = pa.array(order[bad])
+    kept_tokens = np.minimum(lengths[bad], spec.seq_len)
+    rejects = rejects_table(
+        doc_ids=table[DOC_ID].take(dropped).to_pylist(),
+        source_files=table[SOURCE_FILE].take(dropped).to_pylist(),
+        source_lines=table[SOURCE_LINE].take(dropped).to_pylist(),
+        stage=TRAINING_BATCHES,
+        reasons=[PROMPT_FILLS_SEQUENCE] * int(bad.sum()),
+        values=[
+            f"prompt {p} of {n} tokens kept (seq_len {spec.seq_len})"
+            for p, n in zip(prompts[bad].tolist(), kept_tokens.tolist(), strict=True)
+        ],
+    )
+    return order[~bad], rejects
 
 
 def build_sequences(
@@ -680,7 +727,10 @@ def run_gather(task: GatherTask) -> ShardStats:
     with parts.part("compute"):
         doc_ids = table[DOC_ID].to_pylist()
         order = shuffle_order(table["shuffle_key"].to_numpy(), doc_ids)
+        order, rejected = untrainable_rejects(table, order, task.spec)
         sequences, stats = build_sequences(table, order, task, token_type)
+    if rejected.num_rows and task.rejects_path is None:
+        raise ValueError(f"{task.key}: {rejected.num_rows} rejects but no rejects_path")
     with parts.part("write"):
         writer = AtomicParquetWriter(
             task.output_path,
@@ -689,31 +739,45 @@ def run_gather(task: GatherTask) -> ShardStats:
             compression_level=task.compression_level,
             row_group_rows=1024,
         )
+    rejects: AtomicParquetWriter | None = None
     try:
         with parts.part("write"):
             writer.write(sequences)
+            if rejected.num_rows:
+                rejects = AtomicParquetWriter(str(task.rejects_path), REJECT_SCHEMA)
+                rejects.write(rejected)
         with parts.part("commit"):
+            # Rejects first, as in every stage: the batch file's existence marks the task done.
+            if rejects is not None:
+                written_rejects: str | None = rejects.commit().path
+            else:
+                written_rejects = None
+                if task.rejects_path is not None:  # left by an earlier, killed attempt
+                    Path(task.rejects_path).unlink(missing_ok=True)
             written = writer.commit(
                 {
                     INPUT_FINGERPRINT: task.input_fingerprint,
                     ROWS_IN: str(len(doc_ids)),
-                    ROWS_REJECTED: "0",
+                    ROWS_REJECTED: str(rejected.num_rows),
                     STATS: json.dumps(stats.as_dict(), sort_keys=True),
                 }
             )
     except BaseException:
+        if rejects is not None:
+            rejects.abort()
         writer.abort()
         raise
     return ShardStats(
         shard=task.key,
         path=written.path,
-        rejects_path=None,
+        rejects_path=written_rejects,
         rows_in=len(doc_ids),
         rows_out=sequences.num_rows,
-        rows_rejected=0,
+        rows_rejected=rejected.num_rows,
         bytes=written.bytes,
         checksum=written.checksum,
         seconds=time.perf_counter() - started,
+        reject_reasons=dict(Counter(rejected[REASON].to_pylist())),
         extra=stats.as_dict(),
         parts=parts.as_dict(),
     )

@@ -93,6 +93,10 @@ def reconcile_check(
         # Batches turn documents into sequences: documents in must equal the documents upstream.
         if files_out != report.rows_out:
             problems.append(f"sequence files hold {files_out} rows, catalog says {report.rows_out}")
+        if files_rejected != report.rows_rejected:
+            problems.append(
+                f"rejects files hold {files_rejected} rows, catalog says {report.rows_rejected}"
+            )
     elif rows_in != files_out + files_rejected:
         problems.append(f"rows in {rows_in} != out {files_out} + rejected {files_rejected}")
     upstream_out = None

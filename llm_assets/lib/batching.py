@@ -394,6 +394,26 @@ def pad_sequences(
     return table, stats
 
 
+PROMPT_FILLS_SEQUENCE = "prompt_fills_sequence"
+"""Reject reason of an SFT document with no response token in its one sequence (padded and
+bucketed layouts): its every label would be -100, so it teaches nothing, and a batch made only
+of such rows gives a NaN mean loss."""
+
+
+def prompt_fills_sequence(
+    lengths: Sequence[int] | np.ndarray, prompt_tokens: Sequence[int] | np.ndarray, seq_len: int
+) -> np.ndarray:
+    """Per document of the padded and bucketed layouts (one document per sequence, cut to
+    ``seq_len`` tokens): does its prompt cover every token kept, leaving no label to learn?
+
+    True when ``prompt_tokens >= min(length, seq_len)``: a prompt longer than the sequence, or a
+    response of no tokens. (The packed layout always labels each document's EOS, and continues a
+    long document in the next block, so none of its documents is without a label.)"""
+    _check_seq_len(seq_len)
+    kept = np.minimum(np.asarray(lengths, dtype=np.int64), seq_len)
+    return np.asarray(prompt_tokens, dtype=np.int64) >= kept
+
+
 def longest_in_batch(lengths: np.ndarray, seq_len: int, batch_size: int) -> np.ndarray:
     """Per row, the padded length for ``pad_to="longest"``: the longest (truncated) row of its
     group of ``batch_size`` consecutive rows."""

@@ -741,3 +741,68 @@ def test_sft_instructions_mask_the_prompt_and_review_labels_pass_through(tmp_pat
         "SELECT count(*) FROM filtered_documents_rejects WHERE reason = 'unmapped_label'"
     )[0][0]
     assert unmapped > 0  # the 3-star reviews
+
+
+@pytest.mark.parametrize("layout", ["padded", "bucketed"])
+def test_sft_rows_whose_prompt_fills_the_sequence_are_rejects_not_unlearnable_rows(
+    tmp_path, layout
+):
+    """With seq_len 48, the instructions whose rendered prompt has 48 tokens or more would have
+    been rows with every label -100 (before: kept as such; a batch of only those gives a NaN
+    loss). Each is a ``prompt_fills_sequence`` reject of training_batches with its source and
+    token counts; every other document is one row with at least one learned label; documents in
+    = rows + rejects, and the asset check counts the rejects files too."""
+    sft_input = tmp_path / "sft"
+    shutil.copytree(REPO / "data" / "instructions", sft_input)
+    template = "### Instruction:\n{instruction}\n\n### Input:\n{input}\n\n### Response:\n"
+    seq_len = 48
+    root = tmp_path / "wh"
+    config = pipeline_run_config(
+        sft_input,
+        raw_documents={"text_field": "output"},
+        normalized_documents={"preset": "none"},
+        tokenized_documents={"prompt_template": template},
+        filtered_documents={"min_tokens": 1, **SHORT_TEXT_FILTERS},
+        training_batches={"layout": layout, "seq_len": seq_len},
+    )
+    resources = {"compute": ComputeResource(), "warehouse": WarehouseResource(root=str(root))}
+    result = dg.materialize(PIPELINE_ASSET_DEFS, resources=resources, run_config=config)
+    assert result.success
+    assert all(c.passed for c in result.get_asset_check_evaluations())
+    catalog = WarehouseResource(root=str(root)).catalog()
+    docs = {
+        doc_id: (p, n, f, line)
+        for doc_id, p, n, f, line in catalog.query(
+            "SELECT doc_id, prompt_tokens, n_tokens, source_file, source_line "
+            "FROM filtered_documents"
+        )
+    }
+    full = {d for d, (p, n, _, _) in docs.items() if p >= min(n, seq_len)}
+    assert 0 < len(full) < len(docs)  # the case, and not every row
+    rows = catalog.query("SELECT doc_id, labels FROM training_batches")
+    assert {d for d, _ in rows} == set(docs) - full
+    assert all(any(x != -100 for x in labels) for _, labels in rows)
+    rejects = catalog.query(
+        "SELECT doc_id, source_file, source_line, stage, reason, value "
+        "FROM training_batches_rejects"
+    )
+    assert {r[0] for r in rejects} == full and len(rejects) == len(full)
+    for doc_id, source_file, source_line, stage, reason, value in rejects:
+        p, n, f, line = docs[doc_id]
+        assert (source_file, source_line, stage) == (f, line, TRAINING_BATCHES)
+        assert reason == "prompt_fills_sequence"
+        assert value == f"prompt {p} of {min(n, seq_len)} tokens kept (seq_len {seq_len})"
+    assert ("prompt_fills_sequence", len(full)) in catalog.query(
+        "SELECT reason, count(*) FROM rejects GROUP BY reason"
+    )
+    meta = result.asset_materializations_for_node(TRAINING_BATCHES)[0].metadata
+    assert meta["documents"].value == len(docs)
+    assert meta["sequences"].value == len(docs) - len(full)
+
+    # A second run reuses the batch files and finds the same rejects.
+    again = dg.materialize(PIPELINE_ASSET_DEFS, resources=resources, run_config=config)
+    assert again.success
+    assert all(c.passed for c in again.get_asset_check_evaluations())
+    assert sorted(catalog.query("SELECT doc_id FROM training_batches_rejects")) == sorted(
+        (d,) for d in full
+    )

@@ -29,6 +29,7 @@ from llm_assets.lib.batching import (
     batch_schema_metadata,
     pack_sequences,
     pad_sequences,
+    prompt_fills_sequence,
     shuffle_keys,
     shuffle_order,
 )
@@ -586,3 +587,27 @@ def test_length_histogram_counts_every_document():
 def test_new_batch_spec_fields_are_validated(kwargs, field):
     with pytest.raises(ValueError, match=field):
         BatchSpec(**kwargs)
+
+
+@no_deadline
+@given(
+    docs=st.lists(st.tuples(st.integers(0, 40), st.integers(0, 40)), max_size=30),
+    seq_len=st.integers(2, 50),
+)
+def test_prompt_fills_sequence_is_exactly_the_padded_rows_without_a_learned_label(docs, seq_len):
+    """A padded row of a document has a label other than -100 exactly when the kernel says its
+    prompt does not fill it (prompts of any length, responses of 0 tokens included)."""
+    lengths = [p + r for p, r in docs]
+    prompts = [p for p, _ in docs]
+    full = prompt_fills_sequence(lengths, prompts, seq_len)
+    token_lists = [np.arange(1, n + 1, dtype=np.uint32) for n in lengths]
+    table, _ = pad_sequences(
+        token_lists,
+        [str(i) for i in range(len(docs))],
+        seq_len,
+        0,
+        pa.uint32(),
+        prompt_tokens=prompts,
+    )
+    learned = [any(x != IGNORE_INDEX for x in row) for row in table["labels"].to_pylist()]
+    assert list(full) == [not x for x in learned]
