@@ -467,13 +467,24 @@ def _safe_name(source_file: str) -> str:
     return f"{readable}-{fingerprint(source_file)[:6]}"
 
 
+IGNORED_LISTED = 100
+"""At most this many ignored input names are kept in a materialization's metadata."""
+IGNORED_PREFIXES = (".", "_")
+"""Input files and folders whose names start with these are not read: hidden ones, and the
+markers and work folders of Spark, Hadoop and Arrow writers (``_SUCCESS``, ``_committed_*``,
+``_temporary/``, ``_metadata``), which those tools' own readers skip by the same rule, so an
+output folder of theirs can be the input folder as it is."""
+
+
 def list_input_files(
-    input_dir: str | Path, data_root: Path | None = None
+    input_dir: str | Path, data_root: Path | None = None, ignored: list[str] | None = None
 ) -> list[tuple[Path, str]]:
     """Every input file under ``input_dir`` as (path, relative posix name), sorted by name.
 
-    Hidden files and folders (``.``-prefixed) are ignored. Symlinked files and folders are
-    followed and named through the link (``link_dir/linked.jsonl``). Each real folder is read
+    Files and folders whose names start with :data:`IGNORED_PREFIXES` are not read; when given,
+    ``ignored`` receives their relative names (folders ending in ``/``), so that a run can say
+    what it skipped. Symlinked files and folders are followed and named through the link
+    (``link_dir/linked.jsonl``). Each real folder is read
     once: a link to a folder already read (to an ancestor, a cycle, or a second name for the same
     folder) is not followed, since its files are already listed under the other name. The name
     a folder is read under is the one through the fewest links, the first in sorted order among
@@ -493,7 +504,9 @@ def list_input_files(
     if not root.is_dir():
         raise StageInputError(f"input folder {str(root)!r} does not exist or is not a folder")
     files = []
-    for path, rel in sorted(_walk_input_folder(root, data_root), key=lambda f: f[1].parts):
+    skipped: list[str] = []
+    walk = _walk_input_folder(root, data_root, skipped)
+    for path, rel in sorted(walk, key=lambda f: f[1].parts):
         try:
             os.fsencode(path).decode("utf-8")
         except UnicodeDecodeError:
@@ -511,17 +524,27 @@ def list_input_files(
         if not os.access(path, os.R_OK):
             raise StageInputError(f"input file {str(path)!r} is not readable")
         files.append((path, rel.as_posix()))
+    skipped = sorted(
+        name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        for name in skipped
+    )
+    if ignored is not None:
+        ignored.extend(skipped)
     if not files:
-        raise StageInputError(f"input folder {str(root)!r} holds no input files")
+        named = f" (not read, as their names start with . or _: {skipped[:5]})" if skipped else ""
+        raise StageInputError(f"input folder {str(root)!r} holds no input files{named}")
     return files
 
 
-def _walk_input_folder(root: Path, data_root: Path | None) -> Iterator[tuple[Path, PurePosixPath]]:
-    """Every non-hidden entry under ``root`` that is not a folder, as (path through the links,
+def _walk_input_folder(
+    root: Path, data_root: Path | None, ignored: list[str]
+) -> Iterator[tuple[Path, PurePosixPath]]:
+    """Every entry under ``root`` that is not a folder, as (path through the links,
     relative name), by :func:`list_input_files`' rule for links: first the tree reached without
     a link, then the symlinked folders found in it (in sorted order), then those found in them,
     and so on; a folder already read is not read again. A symlinked folder that resolves outside
-    ``data_root`` raises :class:`StageInputError`.
+    ``data_root`` raises :class:`StageInputError`. Entries named with an
+    :data:`IGNORED_PREFIXES` prefix are not listed: their relative names go to ``ignored``.
 
     Folders are recognized by their (device, inode), so a link cycle ends and nothing is listed
     twice through folder links (a symlinked *file* is a name of its own, listed like any file).
@@ -546,9 +569,10 @@ def _walk_input_folder(root: Path, data_root: Path | None) -> Iterator[tuple[Pat
                         f"input folder {str(folder)!r} cannot be read: {exc.strerror or exc}"
                     ) from exc
                 for entry in entries:
-                    if entry.name.startswith("."):
-                        continue
                     path, name = folder / entry.name, rel / entry.name
+                    if entry.name.startswith(IGNORED_PREFIXES):
+                        ignored.append(name.as_posix() + ("/" if entry.is_dir() else ""))
+                        continue
                     if not entry.is_dir():  # follows links: a dangling one is listed as a file
                         yield path, name
                     elif not entry.is_symlink():
@@ -612,7 +636,8 @@ def run_raw_documents(
     )
     folder = stage_dir(ctx.warehouse_root, asset, stage_fp)
     planned: list[_Planned] = []
-    for path, rel in list_input_files(input_dir, data_root):
+    ignored: list[str] = []
+    for path, rel in list_input_files(input_dir, data_root, ignored):
         stat = path.stat()
         is_plain_jsonl = detect_format(str(path)) == "jsonl"
         ranges = line_ranges(path, rows_per_shard) if is_plain_jsonl else [None]
@@ -635,6 +660,11 @@ def run_raw_documents(
             )
             planned.append(_Planned(shard, out, rej, input_fp, (str(path.resolve()),), task))
     ctx.log.info(f"{asset}: {len(planned)} shard(s) planned from {input_dir}")
+    if ignored:
+        ctx.log.info(
+            f"{asset}: not read, as their names start with . or _ (hidden, or markers of Spark "
+            f"and Hadoop writers): {len(ignored)} file(s) or folder(s): {ignored[:10]}"
+        )
     return _execute(
         ctx,
         asset=asset,
@@ -643,6 +673,7 @@ def run_raw_documents(
         config=config,
         planned=planned,
         fn=run_ingest,
+        extra={"ignored_inputs": ignored[:IGNORED_LISTED], "ignored_inputs_count": len(ignored)},
     )
 
 

@@ -59,6 +59,26 @@ def test_input_listing_is_sorted_skips_hidden_and_refuses_unknown(tmp_path):
         list_input_files(tmp_path)
 
 
+def test_spark_and_hadoop_markers_are_not_read_and_are_reported(tmp_path):
+    """A Spark output folder as it is: ``_SUCCESS``, ``_committed_*``, a leftover
+    ``_temporary/`` and ``.crc`` files are not read (Spark's and Arrow's readers skip ``_``- and
+    ``.``-prefixed names too); before, ``_SUCCESS`` (no extension) failed every run as an
+    unsupported file. Each name skipped is reported; a folder holding only such names still
+    fails, saying what it skipped."""
+    (tmp_path / "part-00000.jsonl").write_text('{"text": "kept"}\n')
+    (tmp_path / "_SUCCESS").write_bytes(b"")
+    (tmp_path / "_committed_123").write_text("{}")
+    (tmp_path / "_temporary" / "0").mkdir(parents=True)
+    (tmp_path / "_temporary" / "0" / "part-00001.jsonl").write_text('{"text": "half"}\n')
+    (tmp_path / ".part-00000.jsonl.crc").write_bytes(b"crc")
+    ignored: list[str] = []
+    assert [rel for _, rel in list_input_files(tmp_path, ignored=ignored)] == ["part-00000.jsonl"]
+    assert ignored == [".part-00000.jsonl.crc", "_SUCCESS", "_committed_123", "_temporary/"]
+    (tmp_path / "part-00000.jsonl").unlink()
+    with pytest.raises(StageInputError, match=r"holds no input files \(not read.*_SUCCESS"):
+        list_input_files(tmp_path)
+
+
 def test_empty_or_missing_input_folder(tmp_path):
     with pytest.raises(StageInputError, match="holds no input files"):
         list_input_files(tmp_path)

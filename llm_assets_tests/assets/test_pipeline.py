@@ -362,6 +362,18 @@ def test_unsupported_file_fails_early_naming_it(sample_input, tmp_path):
     assert not (tmp_path / "wh" / "raw_documents").exists()
 
 
+def test_a_spark_output_folder_is_read_as_it_is(sample_input, tmp_path):
+    """Spark's ``_SUCCESS`` marker and ``.crc`` files beside the data: the run reads the data,
+    and raw_documents' metadata lists what it did not read."""
+    (sample_input / "_SUCCESS").write_bytes(b"")
+    (sample_input / ".wiki.jsonl.crc").write_bytes(b"crc")
+    result = materialize(sample_input, tmp_path / "wh")
+    assert result.success
+    meta = materializations(result)[RAW_DOCUMENTS]
+    assert meta["ignored_inputs"].value == [".wiki.jsonl.crc", "_SUCCESS"]
+    assert meta["ignored_inputs_count"].value == 2
+
+
 def test_min_tokens_above_max_tokens_fails_at_the_first_step(sample_input, tmp_path):
     result = materialize(
         sample_input, tmp_path / "wh", filtered_documents={"min_tokens": 50, "max_tokens": 10}
