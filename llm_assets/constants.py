@@ -22,7 +22,7 @@ STAGE_CODE_VERSIONS: dict[str, str] = {
     RAW_DOCUMENTS: "2",
     NORMALIZED_DOCUMENTS: "1",
     TOKENIZED_DOCUMENTS: "1",
-    FILTERED_DOCUMENTS: "2",
+    FILTERED_DOCUMENTS: "3",
     TRAINING_BATCHES: "2",
 }
 """Bump a stage's version when its output for the same input and config changes: its shards (and

@@ -19,7 +19,9 @@ later is deduplicated against what the warehouse already holds, never the other 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import time
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -239,30 +241,32 @@ def jaccard_estimate(left: np.ndarray, right: np.ndarray) -> np.ndarray:
     return (left == right).mean(axis=1)
 
 
-class UnionFind:
-    """Disjoint sets over hashable items; the root of each set is its smallest ``key``."""
+def attach_in_order(
+    later: np.ndarray, earlier: np.ndarray, scores: np.ndarray
+) -> dict[int, tuple[int, int, float]]:
+    """Near-duplicate clusters from similar pairs of documents, each given by ranks in stable
+    order (``later`` > ``earlier``), as ``{member: (root, partner, score)}`` for every document
+    that joins a cluster (roots, the kept documents, are not keys).
 
-    def __init__(self, key: Any) -> None:
-        self.parent: dict[Any, Any] = {}
-        self.key = key
-
-    def find(self, x: Any) -> Any:
-        parent = self.parent
-        root = x
-        while parent.get(root, root) != root:
-            root = parent[root]
-        while parent.get(x, x) != root:  # path compression
-            parent[x], x = root, parent[x]
-        return root
-
-    def union(self, x: Any, y: Any) -> None:
-        rx, ry = self.find(x), self.find(y)
-        if rx == ry:
-            return
-        if self.key(ry) < self.key(rx):
-            rx, ry = ry, rx
-        self.parent[ry] = rx
-        self.parent.setdefault(rx, rx)
+    Documents are taken in stable order, and each one similar to earlier documents joins the
+    cluster of one of them: the cluster whose root is first in stable order; within it the
+    partner with the highest score, then the first. Clusters never merge, so a document's fate
+    depends only on documents before it. That is what keeps earlier output unchanged when files
+    are added (new documents come last): connected components (union-find) would let a new
+    document that resembles two documents kept before, each below the threshold with the other,
+    join their clusters and drop one of them."""
+    joined: dict[int, tuple[int, int, float]] = {}
+    order = np.lexsort((earlier, -scores, later))  # by member, best score first, then partner
+    for member, rows in itertools.groupby(order.tolist(), key=lambda i: int(later[i])):
+        best: tuple[int, int, float] | None = None
+        for i in rows:
+            partner = int(earlier[i])  # before ``member``: its own entry, if any, is final
+            root = joined[partner][0] if partner in joined else partner
+            if best is None or root < best[0]:
+                best = (root, partner, float(scores[i]))
+        assert best is not None
+        joined[member] = best
+    return joined
 
 
 # --- global resolution (driver) -------------------------------------------------------------------
@@ -361,19 +365,20 @@ def resolve_duplicates(
     )
     con.execute("DROP TABLE dd_docs")
     drops: list[pa.Table] = [DROPS_SCHEMA.empty_table()]
+    exact_drops: pa.Table | None = None
+    near_root: dict[str, str] = {}  # near duplicate -> the kept document of its cluster
     exact_removed = 0
     if exact.enabled:
         # Groups of one (nearly every document) are dropped by the aggregation itself.
         exact_drops = con.sql(
             "SELECT d.shard, d.doc_id, ? AS reason, 'duplicate of ' || k.doc_id || ' (' || "
-            "k.source_file || ':' || k.source_line || ')' AS value FROM ("
+            "k.source_file || ':' || k.source_line || ')' AS value, k.doc_id AS keeper FROM ("
             f"SELECT {CONTENT_HASH}, min(ord) AS keep FROM dd_ordered GROUP BY {CONTENT_HASH} "
             f"HAVING count(*) > 1) g JOIN dd_ordered d USING ({CONTENT_HASH}) "
             "JOIN dd_ordered k ON k.ord = g.keep WHERE d.ord <> g.keep ORDER BY d.shard, d.doc_id",
             params=[EXACT_DUPLICATE],
         ).to_arrow_table()
         exact_removed = exact_drops.num_rows
-        drops.append(exact_drops.cast(DROPS_SCHEMA))
         con.register("dd_exact_drops", exact_drops)
         con.execute("DELETE FROM dd_ordered WHERE doc_id IN (SELECT doc_id FROM dd_exact_drops)")
         con.unregister("dd_exact_drops")
@@ -396,64 +401,53 @@ def resolve_duplicates(
             "dd_pairs) ORDER BY o.ord",
             params=[paths],
         ).to_arrow_table()
-        pairs = con.sql(
-            "SELECT p.ord, p.rep FROM dd_pairs p JOIN dd_ordered a ON a.ord = p.ord "
-            "JOIN dd_ordered b ON b.ord = p.rep ORDER BY a.doc_id, b.doc_id"
-        ).to_arrow_table()
+        pairs = con.sql("SELECT ord, rep FROM dd_pairs ORDER BY ord, rep").to_arrow_table()
         pairs_count = pairs.num_rows
         if pairs_count:
             ords = candidates["ord"].to_numpy()
-            left_at = np.searchsorted(ords, pairs["ord"].to_numpy())
-            right_at = np.searchsorted(ords, pairs["rep"].to_numpy())
+            later, earlier = pairs["ord"].to_numpy(), pairs["rep"].to_numpy()
             signatures = _signature_matrix(candidates[MINHASH], near.num_perm)
-            similarity = jaccard_estimate(signatures[left_at], signatures[right_at])
-            similar = similarity >= near.threshold
-            doc_ids = candidates["doc_id"].to_pylist()
-            info = {
-                d: row
-                for d, *row in zip(
-                    doc_ids,
-                    candidates["seen_run"].to_pylist(),
-                    candidates["source_file"].to_pylist(),
-                    candidates["source_line"].to_pylist(),
-                    candidates["shard"].to_pylist(),
-                    strict=True,
-                )
-            }
-            left = [doc_ids[i] for i in left_at]
-            right = [doc_ids[i] for i in right_at]
-            members = sorted(
-                {d for i, d in enumerate(left) if similar[i]}
-                | {d for i, d in enumerate(right) if similar[i]}
+            similarity = jaccard_estimate(
+                signatures[np.searchsorted(ords, later)], signatures[np.searchsorted(ords, earlier)]
             )
-            forest = UnionFind(key=lambda d: (*info[d][:3], d))
-            best: dict[str, tuple[float, str]] = {}
-            for i in np.flatnonzero(similar):
-                a_id, b_id = left[i], right[i]
-                forest.union(a_id, b_id)
-                score = float(similarity[i])
-                for x, y in ((a_id, b_id), (b_id, a_id)):
-                    if x not in best or score > best[x][0]:
-                        best[x] = (score, y)
-            roots = {d: forest.find(d) for d in members}
-            sizes: dict[str, int] = {}
-            for root in roots.values():
-                sizes[root] = sizes.get(root, 0) + 1
+            similar = np.flatnonzero(similarity >= near.threshold)
+            joined = attach_in_order(later[similar], earlier[similar], similarity[similar])
+            doc_ids = candidates["doc_id"].to_pylist()
+            shard_of = candidates["shard"].to_pylist()
+
+            def doc(o: int) -> str:
+                return doc_ids[int(np.searchsorted(ords, o))]
+
+            sizes = Counter(root for root, _, _ in joined.values())
             clusters = len(sizes)
-            rows = [
-                (
-                    info[d][3],
-                    d,
-                    NEAR_DUPLICATE,
-                    f"cluster {root} of {sizes[root]}; jaccard {best[d][0]:.2f} with {best[d][1]}",
+            rows = []
+            for member, (root, partner, score) in sorted(joined.items()):
+                at = int(np.searchsorted(ords, member))
+                near_root[doc_ids[at]] = doc(root)
+                value = (
+                    f"cluster {doc(root)} of {sizes[root] + 1}; jaccard {score:.2f} with "
+                    f"{doc(partner)}"
                 )
-                for d, root in sorted(roots.items())
-                if d != root
-            ]
+                rows.append((shard_of[at], doc_ids[at], NEAR_DUPLICATE, value))
             near_removed = len(rows)
             if rows:
                 columns = [list(c) for c in zip(*rows, strict=True)]
                 drops.append(pa.table(columns, schema=DROPS_SCHEMA))
+    if exact_drops is not None:
+        # An exact copy of a document that is itself a near duplicate also names that cluster, so
+        # the drops of one kept document are found by its id (the README's query).
+        values = [
+            f"{value}; {keeper} is a near duplicate in cluster {near_root[keeper]}"
+            if keeper in near_root
+            else value
+            for value, keeper in zip(
+                exact_drops["value"].to_pylist(), exact_drops["keeper"].to_pylist(), strict=True
+            )
+        ]
+        exact_drops = exact_drops.drop_columns(["keeper"]).set_column(
+            3, "value", pa.array(values, pa.string())
+        )
+        drops.append(exact_drops.cast(DROPS_SCHEMA))
     for name in ("dd_files", "dd_docs", "dd_ordered", "dd_pairs"):
         con.execute(f"DROP TABLE IF EXISTS {name}")
     return DedupOutcome(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections import Counter
 
 import duckdb
 import numpy as np
@@ -22,7 +23,6 @@ from llm_assets.lib.dedup import (
     NEAR_DUPLICATE,
     ExactDedupSpec,
     NearDedupSpec,
-    UnionFind,
     dedup_annotate,
     jaccard_estimate,
     minhash_signatures,
@@ -151,15 +151,6 @@ def test_bad_near_spec_is_refused(kwargs, message):
         NearDedupSpec(**kwargs)
 
 
-def test_union_find_roots_are_the_smallest_key():
-    forest = UnionFind(key=lambda x: x)
-    forest.union("c", "d")
-    forest.union("b", "d")
-    forest.union("x", "y")
-    assert {forest.find(v) for v in "bcd"} == {"b"}
-    assert forest.find("y") == "x" and forest.find("q") == "q"
-
-
 def _write_shards(tmp_path, tables: dict[str, pa.Table]) -> list[tuple[str, str]]:
     out = []
     for key, table in tables.items():
@@ -229,6 +220,56 @@ def test_later_runs_are_deduplicated_against_earlier_ones(tmp_path):
     assert outcome.drops["value"].to_pylist() == ["duplicate of b0003 (b.jsonl:4)"]
     again = resolve_duplicates(con, later + first, ExactDedupSpec(), NearDedupSpec())
     assert again.drops.equals(outcome.drops)
+
+
+def _bridge(rng: random.Random) -> tuple[str, str, str]:
+    """Two edits of one 200-word text, in different halves (similar to the text, less to each
+    other), and the text itself: the document that bridges them."""
+    base = _doc(rng, 200)
+    k1, k2 = list(base), list(base)
+    for i in (25, 50, 75):
+        k1[i] = f"alpha{i}"
+    for i in (125, 150, 175):
+        k2[i] = f"beta{i}"
+    return " ".join(k1), " ".join(k2), " ".join(base)
+
+
+def test_a_document_added_later_never_drops_one_kept_before(tmp_path):
+    """K1 and K2 are below the threshold with each other, so the first run keeps both; the
+    second run adds N, above the threshold with each. N is dropped, into K1's cluster; K2 stays
+    kept. Before, connected components joined all three through N and dropped K2 too, so adding
+    a file changed earlier output (its jaccard 0.86 was with N, itself a drop)."""
+    k1, k2, n = _bridge(random.Random(5))
+    spec = NearDedupSpec(threshold=0.8)
+    signatures = minhash_signatures(pa.array([k1, k2, n]), spec)
+    assert jaccard_estimate(signatures[[0]], signatures[[1]])[0] < 0.8
+    assert jaccard_estimate(signatures[[0, 1]], signatures[[2, 2]]).min() >= 0.8
+    con = duckdb.connect(str(tmp_path / "c.duckdb"))
+    first = _write_shards(tmp_path, {"k": _table([k1, k2], "k", "k.jsonl")})
+    assert resolve_duplicates(con, first, ExactDedupSpec(), spec).drops.num_rows == 0
+    second = first + _write_shards(tmp_path, {"a": _table([n], "a", "a.jsonl")})
+    outcome = resolve_duplicates(con, second, ExactDedupSpec(), spec)
+    assert outcome.drops["doc_id"].to_pylist() == ["a0000"]
+    assert outcome.drops["value"].to_pylist()[0].startswith("cluster k0000 of 2; jaccard ")
+    assert outcome.near_clusters == 1
+
+
+def test_an_exact_copy_of_a_near_duplicate_names_its_cluster(tmp_path):
+    """K, then X (K with one word edited), then a copy of X: X is a near duplicate of K, the
+    copy an exact duplicate of X, and its value also names K's cluster, so the README's query
+    for the drops of a kept document (``value LIKE '%<kept doc_id>%'``) finds both."""
+    rng = random.Random(9)
+    k = _doc(rng, 200)
+    x = " ".join(_edit(k, 1, rng))
+    shards = _write_shards(tmp_path, {"s": _table([" ".join(k), x, x])})
+    con = duckdb.connect(str(tmp_path / "c.duckdb"))
+    outcome = resolve_duplicates(con, shards, ExactDedupSpec(), NearDedupSpec())
+    values = dict(zip(*outcome.drops.select(["doc_id", "value"]).to_pydict().values(), strict=True))
+    assert values["d0001"].startswith("cluster d0000 of 2; jaccard ")
+    assert values["d0002"] == (
+        "duplicate of d0001 (f.jsonl:2); d0001 is a near duplicate in cluster d0000"
+    )
+    assert all("d0000" in v for v in values.values())
 
 
 def test_each_scope_has_its_own_history(tmp_path):
@@ -301,8 +342,8 @@ def _reference_drops(
 ) -> list[list[tuple[str, str, str, str]]]:
     """The global step in plain Python, run after run: (shard, doc_id, reason, value) sorted.
     Stable order is (first run, file, line, id); exact groups keep their first document; every
-    other member of a band bucket is paired with the bucket's first; pairs are taken in
-    (doc_id, rep) order, similar ones joined, each cluster kept by its first document."""
+    other member of a band bucket is paired with the bucket's first; in stable order, a document
+    similar to earlier ones joins a cluster of theirs, each cluster kept by its first document."""
     seen: dict[str, int] = {}
     out = []
     for run, shards in enumerate(runs, start=1):
@@ -320,15 +361,15 @@ def _reference_drops(
         for d in docs:
             if exact:
                 groups.setdefault(docs[d][CONTENT_HASH], []).append(d)
-        exact_dropped = set()
+        exact_drops: list[tuple[str, str, str]] = []  # (doc, value, keeper)
         for members in groups.values():
             keeper = min(members, key=key)
             for d in members:
                 if d != keeper:
                     k = docs[keeper]
                     value = f"duplicate of {keeper} ({k['source_file']}:{k['source_line']})"
-                    drops.append((docs[d]["shard"], d, EXACT_DUPLICATE, value))
-                    exact_dropped.add(d)
+                    exact_drops.append((d, value, keeper))
+        exact_dropped = {d for d, _, _ in exact_drops}
         buckets: dict[int, list[str]] = {}
         for d in docs:
             if d not in exact_dropped:
@@ -338,31 +379,28 @@ def _reference_drops(
         for members in buckets.values():
             rep = min(members, key=key)
             pairs |= {(d, rep) for d in members if d != rep}
-        edges, best = {}, {}
-        for a, b in sorted(pairs):
+        partners: dict[str, list[tuple[str, float]]] = {}
+        for a, b in pairs:
             score = float(np.mean(np.array(docs[a][MINHASH]) == np.array(docs[b][MINHASH])))
             if score >= near.threshold:
-                edges.setdefault(a, set()).add(b)
-                edges.setdefault(b, set()).add(a)
-                for x, y in ((a, b), (b, a)):
-                    if x not in best or score > best[x][0]:
-                        best[x] = (score, y)
-        done: set[str] = set()
-        for start in sorted(edges):
-            if start in done:
-                continue
-            cluster, todo = {start}, [start]
-            while todo:
-                for other in edges[todo.pop()] - cluster:
-                    cluster.add(other)
-                    todo.append(other)
-            done |= cluster
-            root = min(cluster, key=key)
-            for d in cluster - {root}:
-                value = (
-                    f"cluster {root} of {len(cluster)}; jaccard {best[d][0]:.2f} with {best[d][1]}"
-                )
-                drops.append((docs[d]["shard"], d, NEAR_DUPLICATE, value))
+                partners.setdefault(a, []).append((b, score))
+        # In stable order, each document joins the cluster of the partner whose root is first
+        # (then the best score, then the first partner); clusters never merge.
+        joined: dict[str, tuple[str, str, float]] = {}
+        for d in sorted(partners, key=key):
+            ranked = []
+            for b, score in partners[d]:
+                root = joined[b][0] if b in joined else b
+                ranked.append(((key(root), -score, key(b)), (root, b, score)))
+            joined[d] = min(ranked)[1]
+        sizes = Counter(root for root, _, _ in joined.values())
+        for d, (root, partner, score) in joined.items():
+            value = f"cluster {root} of {sizes[root] + 1}; jaccard {score:.2f} with {partner}"
+            drops.append((docs[d]["shard"], d, NEAR_DUPLICATE, value))
+        for d, value, keeper in exact_drops:
+            if keeper in joined:
+                value += f"; {keeper} is a near duplicate in cluster {joined[keeper][0]}"
+            drops.append((docs[d]["shard"], d, EXACT_DUPLICATE, value))
         out.append(sorted(drops))
     return out
 
