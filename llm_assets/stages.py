@@ -51,7 +51,7 @@ from llm_assets.lib.dedup import (
 from llm_assets.lib.filters import FilterSpec, LengthFilterSpec, filter_table
 from llm_assets.lib.ingest import IngestSpec, detect_format
 from llm_assets.lib.normalize import NormalizeSpec, normalize_table
-from llm_assets.lib.schema import INPUT_IDS
+from llm_assets.lib.schema import INPUT_IDS, PROMPT_TOKENS
 from llm_assets.lib.tokenization import TokenizerSpec, tokenize_table
 from llm_assets.paths import PathEscapeError, inside
 from llm_assets.tasks import (
@@ -936,7 +936,9 @@ def run_training_batches(
     folder = stage_dir(ctx.warehouse_root, asset, stage_fp)
     scatter_root = stage_dir(ctx.warehouse_root, asset, SCATTER_FOLDER)
     meta = carried_metadata(upstream[0].path)
-    token_type = pq.read_schema(upstream[0].path).field(INPUT_IDS).type.value_type
+    schema = pq.read_schema(upstream[0].path)
+    token_type = schema.field(INPUT_IDS).type.value_type
+    eos_id = _eos_id(meta, spec, megatron, sft=PROMPT_TOKENS in schema.names)
 
     if spec.layout == "bucketed" and spec.bucket_boundaries is None:
         spec = replace(spec, bucket_boundaries=_derived_boundaries(ctx, spec))
@@ -1005,7 +1007,7 @@ def run_training_batches(
                 output_path=out,
                 input_fingerprint=all_fp,
                 spec=spec,
-                eos_id=int(meta[f"{TOKENIZER_META}eos_id"]),
+                eos_id=eos_id,
                 pad_id=int(meta[f"{TOKENIZER_META}pad_id"]),
                 token_type=str(token_type),
                 metadata=tuple(sorted({**meta, **file_meta}.items())),
@@ -1017,6 +1019,9 @@ def run_training_batches(
         "scatter_seconds": scatter_seconds,
         "shuffle_buckets": n_buckets,
         "source_fingerprint": all_fp,
+        # What a training script passes to the reader's expected_tokenizer_fingerprint.
+        "tokenizer": meta.get(f"{TOKENIZER_META}name", ""),
+        "tokenizer_fingerprint": meta.get(f"{TOKENIZER_META}fingerprint", ""),
         SECONDS_BY_PART: scatter_parts,
     }
     if megatron:
@@ -1048,6 +1053,31 @@ def run_training_batches(
     return report
 
 
+def _eos_id(meta: dict[str, str], spec: BatchSpec, megatron: bool, *, sft: bool) -> int | None:
+    """The tokenizer's EOS id from the filtered shards' footer, or None when it has none; a
+    :class:`StageInputError` before any batching work when the config needs one."""
+    text = meta.get(f"{TOKENIZER_META}eos_id", "")
+    if text:
+        return int(text)
+    needs = [
+        why
+        for wanted, why in (
+            (spec.layout == "packed", "layout packed separates documents with it"),
+            (megatron, "megatron: true ends every document with it"),
+            (sft and spec.layout != "packed", "SFT rows in layout padded or bucketed end with it"),
+        )
+        if wanted
+    ]
+    if needs:
+        name = meta.get(f"{TOKENIZER_META}name", "?")
+        raise StageInputError(
+            f"{TRAINING_BATCHES}: the tokenizer {name!r} has no EOS token, and "
+            f"{'; '.join(needs)}: use a tokenizer that has one, or layout padded or bucketed "
+            "(without megatron, and for plain text rather than SFT rows)"
+        )
+    return None
+
+
 def _write_megatron(
     ctx: StageContext,
     folder: Path,
@@ -1075,7 +1105,7 @@ def _write_megatron(
                     scatter_dirs=scatter_dirs,
                     prefix=prefix,
                     vocab_size=int(meta[f"{TOKENIZER_META}vocab_size"]),
-                    eos_id=int(meta[f"{TOKENIZER_META}eos_id"]),
+                    eos_id=int(meta[f"{TOKENIZER_META}eos_id"]),  # checked by _eos_id
                     input_fingerprint=input_fp,
                 )
             )

@@ -27,6 +27,7 @@ import pyarrow.parquet as pq
 
 from llm_assets.constants import TRAINING_BATCHES
 from llm_assets.lib.batching import (
+    BATCH,
     LENGTH_BUCKET,
     PROMPT_FILLS_SEQUENCE,
     BatchSpec,
@@ -615,7 +616,8 @@ class GatherTask:
     output_path: str
     input_fingerprint: str
     spec: BatchSpec
-    eos_id: int
+    eos_id: int | None
+    """None for a tokenizer without EOS (only layouts that add none: see ``_eos_id``)."""
     pad_id: int
     token_type: str
     metadata: tuple[tuple[str, str], ...] = ()
@@ -624,21 +626,32 @@ class GatherTask:
     """Where the documents the layout cannot use go (:func:`untrainable_rejects`), if any."""
 
 
+def _sft_eos(table: pa.Table, spec: BatchSpec) -> bool:
+    """Whether the layout appends EOS to each document: SFT rows (a prompt before the text) in
+    the layouts of one document per sequence, so the model learns where a response ends (packed
+    documents are EOS-separated already)."""
+    return PROMPT_TOKENS in table.column_names and spec.layout != "packed"
+
+
 def untrainable_rejects(
     table: pa.Table, order: np.ndarray, spec: BatchSpec
 ) -> tuple[np.ndarray, pa.Table]:
     """Split shuffle ``order`` into the documents the layout uses and the rejects of those it
-    cannot: SFT documents whose prompt fills their one sequence (padded and bucketed layouts;
+    cannot: SFT documents left with no response token once cut to fit (padded and bucketed
+    layouts, and packed with ``overflow="truncate"``;
     :func:`~llm_assets.lib.batching.prompt_fills_sequence`). Every other document is used."""
-    if PROMPT_TOKENS not in table.column_names or spec.layout == "packed":
+    truncating = spec.layout != "packed" or spec.overflow == "truncate"
+    if PROMPT_TOKENS not in table.column_names or not truncating:
         return order, empty_rejects()
     lengths = pc.list_value_length(table[INPUT_IDS]).to_numpy(zero_copy_only=False)[order]
+    lengths = lengths + 1 if _sft_eos(table, spec) else lengths
+    limit = spec.seq_len if spec.layout != "packed" else spec.seq_len - 1
     prompts = table[PROMPT_TOKENS].to_numpy()[order]
-    bad = prompt_fills_sequence(lengths, prompts, spec.seq_len)
+    bad = prompt_fills_sequence(lengths, prompts, limit)
     if not bad.any():
         return order, empty_rejects()
     dropped = pa.array(order[bad])
-    kept_tokens = np.minimum(lengths[bad], spec.seq_len)
+    kept_tokens = np.minimum(lengths[bad], limit)
     rejects = rejects_table(
         doc_ids=table[DOC_ID].take(dropped).to_pylist(),
         source_files=table[SOURCE_FILE].take(dropped).to_pylist(),
@@ -668,6 +681,8 @@ def build_sequences(
     labels = table[LABEL].take(pa.array(order)) if LABEL in table.column_names else None
     doc_ids = table[DOC_ID].take(pa.array(order)).to_pylist()
     if spec.layout == "packed":
+        if task.eos_id is None:
+            raise ValueError("the packed layout needs an EOS id")
         token_lists = [values[offsets[i] : offsets[i + 1]] for i in order]
         return pack_sequences(
             token_lists,
@@ -679,10 +694,15 @@ def build_sequences(
             truncate=spec.overflow == "truncate",
             prompt_tokens=prompts,
         )
+    eos_id = task.eos_id if _sft_eos(table, spec) else None
+    if _sft_eos(table, spec):
+        if eos_id is None:
+            raise ValueError("SFT rows in the padded layouts need an EOS id")
+        lengths = lengths + 1
     extra: dict[str, pa.Array] = {}
     if spec.layout == "bucketed":
         boundaries = spec.bucket_boundaries or (spec.seq_len,)
-        within, targets, buckets = bucket_layout(
+        within, targets, buckets, batches = bucket_layout(
             lengths, boundaries, spec.seq_len, spec.batch_size, spec.seed
         )
         order = order[within]
@@ -690,8 +710,10 @@ def build_sequences(
         prompts = None if prompts is None else prompts[within]
         labels = None if labels is None else labels.take(pa.array(within))
         extra[LENGTH_BUCKET] = pa.array(buckets, pa.int32())
+        extra[BATCH] = pa.array(batches, pa.int32())
     elif spec.pad_to == "longest":
         targets = longest_in_batch(lengths, spec.seq_len, spec.batch_size)
+        extra[BATCH] = pa.array(np.arange(len(order)) // spec.batch_size, pa.int32())
     else:
         targets = None
     if labels is not None:
@@ -706,6 +728,7 @@ def build_sequences(
         targets=targets,
         prompt_tokens=prompts,
         extra_columns=extra,
+        eos_id=eos_id,
     )
 
 
@@ -799,9 +822,10 @@ class MegatronTask:
 
 
 def megatron_done(prefix: str | Path, input_fingerprint: str) -> bool:
-    """True when ``<prefix>.bin/.idx`` exist for this input (their ``.json`` sidecar says so)."""
+    """True when ``<prefix>.bin/.idx`` exist for this input (their ``.json`` sidecar says so);
+    either file deleted, the export is written again."""
     sidecar = Path(f"{prefix}.json")
-    if not (sidecar.exists() and Path(f"{prefix}.idx").exists()):
+    if not all(Path(f"{prefix}{ext}").exists() for ext in (".json", ".idx", ".bin")):
         return False
     return json.loads(sidecar.read_text()).get("input_fingerprint") == input_fingerprint
 

@@ -350,6 +350,12 @@ def _ngram_bounds(bounds: dict[str, float]) -> tuple[tuple[int, float], ...]:
 
 
 def _batch_spec(config: BatchesConfig) -> BatchSpec:
+    if not 1 <= config.zstd_level <= 22:
+        raise ValueError(f"zstd_level must be in [1, 22], got {config.zstd_level}")
+    if config.bucket_boundaries == []:
+        raise ValueError(
+            "bucket_boundaries must hold at least one bound, or be null to derive them"
+        )
     return BatchSpec(
         layout=config.layout,
         seq_len=config.seq_len,
@@ -360,7 +366,9 @@ def _batch_spec(config: BatchesConfig) -> BatchSpec:
         overflow=config.overflow,
         pad_to=config.pad_to,
         batch_size=config.batch_size,
-        bucket_boundaries=tuple(config.bucket_boundaries) if config.bucket_boundaries else None,
+        bucket_boundaries=(
+            None if config.bucket_boundaries is None else tuple(config.bucket_boundaries)
+        ),
         length_buckets=config.length_buckets,
     )
 

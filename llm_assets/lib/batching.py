@@ -37,6 +37,9 @@ LAYOUTS = ("packed", "padded", "bucketed")
 OVERFLOWS = ("split", "truncate")
 PAD_TO = ("seq_len", "longest")
 LENGTH_BUCKET = "length_bucket"
+BATCH = "batch"
+"""Column of the layouts that pad per batch (``bucketed``; ``padded`` with ``pad_to="longest"``):
+the row's batch number within its file; consecutive rows with one number are one batch."""
 
 ATTENTION_MASK = "attention_mask"
 POSITION_IDS = "position_ids"
@@ -322,15 +325,24 @@ def pad_sequences(
     targets: Sequence[int] | np.ndarray | None = None,
     prompt_tokens: Sequence[int] | np.ndarray | None = None,
     extra_columns: dict[str, pa.Array] | None = None,
+    eos_id: int | None = None,
 ) -> tuple[pa.Table, PackStats]:
     """One document per sequence: truncated to ``seq_len`` (``truncated_tokens`` counts the cut),
     padded with ``pad_id`` to ``seq_len`` or, when given, to each row's ``targets`` length (which
     must be at least the row's kept tokens and at most ``seq_len``). ``labels`` are the input ids
     with -100 on padding and on the first ``prompt_tokens`` of each row (SFT: the loss covers the
-    response only); ``n_tokens`` counts the real tokens kept. No separator is added.
-    ``extra_columns`` (e.g. ``label``, ``length_bucket``) are appended as they are."""
+    response only); ``n_tokens`` counts the real tokens kept. With ``eos_id`` every document is
+    followed by it before the cut, a real and learned token (SFT: the model learns where a
+    response ends; a response cut by ``seq_len`` loses it, as it did not end there); without,
+    no separator is added. ``extra_columns`` (e.g. ``label``, ``length_bucket``) are appended
+    as they are."""
     _check_seq_len(seq_len)
-    dtype = _token_dtype(token_type, pad_id=pad_id)
+    dtype = _token_dtype(
+        token_type, pad_id=pad_id, **({} if eos_id is None else {"eos_id": eos_id})
+    )
+    if eos_id is not None:
+        eos = np.array([eos_id], dtype=dtype)
+        token_lists = [np.concatenate((t, eos.astype(t.dtype, copy=False))) for t in token_lists]
     fields_ = [
         pa.field(DOC_ID, pa.string(), nullable=False),
         pa.field(INPUT_IDS, pa.list_(token_type), nullable=False),
@@ -395,22 +407,25 @@ def pad_sequences(
 
 
 PROMPT_FILLS_SEQUENCE = "prompt_fills_sequence"
-"""Reject reason of an SFT document with no response token in its one sequence (padded and
-bucketed layouts): its every label would be -100, so it teaches nothing, and a batch made only
-of such rows gives a NaN mean loss."""
+"""Reject reason of an SFT document left with no response token once cut to fit (the padded and
+bucketed layouts, and the packed one with ``overflow="truncate"``): its only learned label would
+be the EOS (packed) or none at all (padded: every label -100, and a batch of only such rows gives
+a NaN mean loss); the EOS right after a cut-off prompt would teach the model to stop mid-prompt."""
 
 
 def prompt_fills_sequence(
-    lengths: Sequence[int] | np.ndarray, prompt_tokens: Sequence[int] | np.ndarray, seq_len: int
+    lengths: Sequence[int] | np.ndarray, prompt_tokens: Sequence[int] | np.ndarray, limit: int
 ) -> np.ndarray:
-    """Per document of the padded and bucketed layouts (one document per sequence, cut to
-    ``seq_len`` tokens): does its prompt cover every token kept, leaving no label to learn?
+    """Per document cut to its first ``limit`` tokens: does its prompt cover every token kept?
 
-    True when ``prompt_tokens >= min(length, seq_len)``: a prompt longer than the sequence, or a
-    response of no tokens. (The packed layout always labels each document's EOS, and continues a
-    long document in the next block, so none of its documents is without a label.)"""
-    _check_seq_len(seq_len)
-    kept = np.minimum(np.asarray(lengths, dtype=np.int64), seq_len)
+    True when ``prompt_tokens >= min(length, limit)``: a prompt as long as the cut, or a response
+    of no tokens. ``lengths`` count what the layout keeps of a document (its EOS included when
+    the layout appends one: SFT rows of the padded layouts); ``limit`` is ``seq_len`` there and
+    ``seq_len - 1`` for packed documents with ``overflow="truncate"`` (their EOS follows the cut).
+    Packed documents that continue in the next block lose nothing, so none is without a label."""
+    if not _is_int(limit) or limit < 1:
+        raise ValueError(f"limit must be an int >= 1, got {limit!r}")
+    kept = np.minimum(np.asarray(lengths, dtype=np.int64), limit)
     return np.asarray(prompt_tokens, dtype=np.int64) >= kept
 
 
@@ -452,14 +467,16 @@ def derive_boundaries(quantile_lengths: Sequence[float], seq_len: int, multiple:
 
 def bucket_layout(
     lengths: np.ndarray, boundaries: Sequence[int], seq_len: int, batch_size: int, seed: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Order and pad lengths of the ``bucketed`` layout, for rows given in shuffle order.
 
     Each row goes to the first bucket whose bound holds its (truncated) length; inside a bucket,
     rows keep their shuffle order and are cut into batches of ``batch_size``; each batch is padded
     to its longest row; the batches are ordered by a seeded hash of (bucket, batch number), so a
     trainer reading in order sees lengths mixed across batches but uniform inside one.
-    Returns ``(order, targets, bucket_of_row)``, the last two already in output order.
+    Returns ``(order, targets, bucket_of_row, batch_of_row)``, the last three in output order;
+    ``batch_of_row`` numbers the batches from 0 in output order (consecutive rows with one number
+    are one batch, padded to one length), so a reader can take them back whole.
     """
     bounds = np.asarray(sorted(set(boundaries) | {seq_len}), dtype=np.int64)
     kept = np.minimum(np.asarray(lengths, dtype=np.int64), seq_len)
@@ -476,10 +493,11 @@ def bucket_layout(
     batches.sort(key=lambda item: item[0])
     if not batches:
         empty = np.zeros(0, dtype=np.int64)
-        return empty, empty, empty.astype(np.int32)
+        return empty, empty, empty.astype(np.int32), empty.astype(np.int32)
     order = np.concatenate([rows for _, rows in batches])
     targets = np.concatenate([np.full(len(rows), max(kept[rows].max(), 1)) for _, rows in batches])
-    return order, targets, bucket[order]
+    numbers = np.repeat(np.arange(len(batches), dtype=np.int32), [len(rows) for _, rows in batches])
+    return order, targets, bucket[order], numbers
 
 
 def length_histogram(
@@ -567,9 +585,14 @@ def _is_int(value: object) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
 
 
+MAX_SEQ_LEN = 2**24
+"""Longest sequence accepted (16,777,216 tokens, far past any context in use): a typo such as
+10**12 fails at once instead of as a MemoryError deep in the gather."""
+
+
 def _check_seq_len(seq_len: int) -> None:
-    if not _is_int(seq_len) or seq_len < 2:
-        raise ValueError(f"seq_len must be an int >= 2, got {seq_len!r}")
+    if not _is_int(seq_len) or not 2 <= seq_len <= MAX_SEQ_LEN:
+        raise ValueError(f"seq_len must be an int in [2, {MAX_SEQ_LEN}], got {seq_len!r}")
 
 
 def _check_seed(seed: int) -> None:

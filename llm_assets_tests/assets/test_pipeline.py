@@ -434,6 +434,20 @@ def _bad_settings(tmp_path: Path) -> dict[str, tuple[dict, list[str]]]:
             {FILTERED_DOCUMENTS: {"flagged_words": {"path": str(REPO / "README.md")}}},
             ["filtered_documents", "flagged_words.path", "outside the data root"],
         ),
+        # Before: accepted, then a silent fallback to derived bounds, a late MemoryError, and a
+        # level the writer clamps.
+        "bucket_boundaries_empty": (
+            {TRAINING_BATCHES: {"layout": "bucketed", "bucket_boundaries": []}},
+            ["training_batches", "bucket_boundaries", "at least one bound"],
+        ),
+        "seq_len_absurd": (
+            {TRAINING_BATCHES: {"seq_len": 10**12}},
+            ["training_batches", "seq_len must be an int in [2, 16777216]"],
+        ),
+        "zstd_level_out_of_range": (
+            {TRAINING_BATCHES: {"zstd_level": 99}},
+            ["training_batches", "zstd_level must be in [1, 22], got 99"],
+        ),
     }
 
 
@@ -755,15 +769,19 @@ def test_sft_instructions_mask_the_prompt_and_review_labels_pass_through(tmp_pat
     assert unmapped > 0  # the 3-star reviews
 
 
-@pytest.mark.parametrize("layout", ["padded", "bucketed"])
+@pytest.mark.parametrize(
+    ("layout", "overflow"), [("padded", "split"), ("bucketed", "split"), ("packed", "truncate")]
+)
 def test_sft_rows_whose_prompt_fills_the_sequence_are_rejects_not_unlearnable_rows(
-    tmp_path, layout
+    tmp_path, layout, overflow
 ):
-    """With seq_len 48, the instructions whose rendered prompt has 48 tokens or more would have
-    been rows with every label -100 (before: kept as such; a batch of only those gives a NaN
-    loss). Each is a ``prompt_fills_sequence`` reject of training_batches with its source and
-    token counts; every other document is one row with at least one learned label; documents in
-    = rows + rejects, and the asset check counts the rejects files too."""
+    """With seq_len 48, the instructions whose rendered prompt fills what the layout keeps of
+    them would have been rows with every label -100 (padded: a batch of only those gives a NaN
+    loss; before, kept as such) or, packed with truncate, a cut-off prompt whose only learned
+    label is the EOS after it (teaching the model to stop mid-prompt). Each is a
+    ``prompt_fills_sequence`` reject of training_batches with its source and token counts;
+    padded rows end with a learned EOS when the response fits; documents in = documents used +
+    rejects, and the asset check counts the rejects files too."""
     sft_input = tmp_path / "sft"
     shutil.copytree(REPO / "data" / "instructions", sft_input)
     template = "### Instruction:\n{instruction}\n\n### Input:\n{input}\n\n### Response:\n"
@@ -775,7 +793,7 @@ def test_sft_rows_whose_prompt_fills_the_sequence_are_rejects_not_unlearnable_ro
         normalized_documents={"preset": "none"},
         tokenized_documents={"prompt_template": template},
         filtered_documents={"min_tokens": 1, **SHORT_TEXT_FILTERS},
-        training_batches={"layout": layout, "seq_len": seq_len},
+        training_batches={"layout": layout, "seq_len": seq_len, "overflow": overflow},
     )
     resources = {"compute": ComputeResource(), "warehouse": WarehouseResource(root=str(root))}
     result = dg.materialize(PIPELINE_ASSET_DEFS, resources=resources, run_config=config)
@@ -789,11 +807,22 @@ def test_sft_rows_whose_prompt_fills_the_sequence_are_rejects_not_unlearnable_ro
             "FROM filtered_documents"
         )
     }
-    full = {d for d, (p, n, _, _) in docs.items() if p >= min(n, seq_len)}
+    # What the layout keeps of a document: padded rows append EOS and are cut to seq_len;
+    # truncated packed documents are cut to seq_len - 1 (their EOS follows).
+    kept = {
+        d: min(n + 1, seq_len) if layout != "packed" else min(n, seq_len - 1)
+        for d, (_, n, _, _) in docs.items()
+    }
+    full = {d for d, (p, _, _, _) in docs.items() if p >= kept[d]}
     assert 0 < len(full) < len(docs)  # the case, and not every row
-    rows = catalog.query("SELECT doc_id, labels FROM training_batches")
-    assert {d for d, _ in rows} == set(docs) - full
-    assert all(any(x != -100 for x in labels) for _, labels in rows)
+    if layout != "packed":
+        rows = catalog.query("SELECT doc_id, input_ids, labels, n_tokens FROM training_batches")
+        assert {r[0] for r in rows} == set(docs) - full
+        eos = 50256
+        for doc_id, ids, labels, n in rows:
+            assert any(x != -100 for x in labels)
+            if docs[doc_id][1] < seq_len:  # the response fits: it ends with a learned EOS
+                assert ids[n - 1] == labels[n - 1] == eos
     rejects = catalog.query(
         "SELECT doc_id, source_file, source_line, stage, reason, value "
         "FROM training_batches_rejects"
@@ -803,13 +832,20 @@ def test_sft_rows_whose_prompt_fills_the_sequence_are_rejects_not_unlearnable_ro
         p, n, f, line = docs[doc_id]
         assert (source_file, source_line, stage) == (f, line, TRAINING_BATCHES)
         assert reason == "prompt_fills_sequence"
-        assert value == f"prompt {p} of {min(n, seq_len)} tokens kept (seq_len {seq_len})"
+        assert value == f"prompt {p} of {kept[doc_id]} tokens kept (seq_len {seq_len})"
     assert ("prompt_fills_sequence", len(full)) in catalog.query(
         "SELECT reason, count(*) FROM rejects GROUP BY reason"
     )
     meta = result.asset_materializations_for_node(TRAINING_BATCHES)[0].metadata
     assert meta["documents"].value == len(docs)
-    assert meta["sequences"].value == len(docs) - len(full)
+    from llm_assets.reader import TokenBatchDataset
+
+    folder = Path(meta["folder"].value)
+    TokenBatchDataset(  # the README's reader call, with the metadata's fingerprint
+        folder, "train", expected_tokenizer_fingerprint=meta["tokenizer_fingerprint"].value
+    )
+    if layout != "packed":
+        assert meta["sequences"].value == len(docs) - len(full)
 
     # A second run reuses the batch files and finds the same rejects.
     again = dg.materialize(PIPELINE_ASSET_DEFS, resources=resources, run_config=config)
@@ -818,3 +854,67 @@ def test_sft_rows_whose_prompt_fills_the_sequence_are_rejects_not_unlearnable_ro
     assert sorted(catalog.query("SELECT doc_id FROM training_batches_rejects")) == sorted(
         (d,) for d in full
     )
+
+
+def _tokenizer_without_eos(folder: Path) -> Path:
+    """A small byte-level BPE trained on the sample, saved with no special token at all."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    texts = []
+    sample = (REPO / "data" / "sample" / "wiki_sample.jsonl").read_text(errors="replace")
+    for line in sample.splitlines():  # the sample plants bad lines: train on the good ones
+        try:
+            texts.append(str(json.loads(line)["text"]))
+        except (ValueError, KeyError, TypeError):
+            continue
+    tok = Tokenizer(models.BPE(unk_token=None))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=600, show_progress=False, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    tok.train_from_iterator(texts, trainer)
+    folder.mkdir(parents=True)
+    tok.save(str(folder / "tokenizer.json"))
+    return folder / "tokenizer.json"
+
+
+def test_a_tokenizer_without_eos_works_where_none_is_needed_and_fails_clearly_elsewhere(
+    sample_input, tmp_path
+):
+    """Before, training_batches failed after the shuffle with ``invalid literal for int()``
+    whatever the layout. Padded batches need no EOS and are written; the packed layout and the
+    Megatron export need one: they fail before any batching work, saying why and what to do."""
+    path = _tokenizer_without_eos(tmp_path / "tok")
+    tokenizer = {"tokenizer": str(path)}
+    padded = materialize(
+        sample_input,
+        tmp_path / "wh",
+        tokenized_documents=tokenizer,
+        training_batches={"layout": "padded", "seq_len": 64},
+    )
+    assert padded.success
+    for batches in ({}, {"layout": "padded", "seq_len": 64, "megatron": True}):
+        result = materialize(
+            sample_input,
+            tmp_path / "wh",
+            tokenized_documents=tokenizer,
+            training_batches=batches,
+        )
+        assert not result.success
+        message = _failure_message(result)
+        assert "has no EOS token" in message and "use a tokenizer that has one" in message
+        assert ("packed" in message) if not batches else ("megatron" in message)
+
+
+def test_a_deleted_megatron_bin_is_written_again(sample_input, tmp_path):
+    """Before, only the sidecar and the .idx were checked: a run after the .bin was deleted
+    wrote nothing and left the export without its data."""
+    sample, root = sample_input, tmp_path / "wh"
+    first = materialize(sample, root, training_batches={"megatron": True})
+    assert first.success
+    prefixes = materializations(first)[TRAINING_BATCHES]["megatron"].value
+    data = {split: Path(f"{prefix}.bin").read_bytes() for split, prefix in prefixes.items()}
+    Path(f"{prefixes['train']}.bin").unlink()
+    again = materialize(sample, root, training_batches={"megatron": True})
+    assert again.success
+    assert {s: Path(f"{p}.bin").read_bytes() for s, p in prefixes.items()} == data

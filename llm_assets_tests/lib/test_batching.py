@@ -538,8 +538,18 @@ def test_bucketed_layout_is_a_permutation_with_uniform_batches(lengths, batch_si
     seq_len = 256
     boundaries = (16, 64, 128)
     lengths = np.array(lengths, dtype=np.int64)
-    order, targets, buckets = batching.bucket_layout(lengths, boundaries, seq_len, batch_size, seed)
+    order, targets, buckets, batches = batching.bucket_layout(
+        lengths, boundaries, seq_len, batch_size, seed
+    )
     assert sorted(order.tolist()) == list(range(len(lengths)))
+    # Batches are numbered 0, 1, ... in output order, each at most batch_size rows of one bucket
+    # padded to one length: what a reader takes back whole.
+    assert list(np.unique(batches)) == list(range(len(np.unique(batches))))
+    assert (np.diff(batches) >= 0).all()
+    for number in np.unique(batches):
+        rows = batches == number
+        assert rows.sum() <= batch_size
+        assert len(set(targets[rows])) == 1 and len(set(buckets[rows])) == 1
     kept = np.minimum(lengths[order], seq_len)
     assert (targets >= np.maximum(kept, 1)).all()
     bounds = np.array([*boundaries, seq_len])
@@ -555,7 +565,7 @@ def test_bucketed_padding_is_far_below_fixed_padding():
     quantiles = np.quantile(lengths, np.linspace(0, 1, 17)[1:-1])
     boundaries = batching.derive_boundaries(quantiles, 1024)
     assert boundaries[-1] == 1024 and list(boundaries) == sorted(set(boundaries))
-    _order, targets, _ = batching.bucket_layout(lengths, boundaries, 1024, 8, 0)
+    _order, targets, _, _ = batching.bucket_layout(lengths, boundaries, 1024, 8, 0)
     bucketed_padding = 1 - lengths.sum() / targets.sum()
     fixed_padding = 1 - lengths.sum() / (len(lengths) * 1024)
     assert bucketed_padding < 0.2 < 0.75 < fixed_padding
@@ -595,19 +605,36 @@ def test_new_batch_spec_fields_are_validated(kwargs, field):
     seq_len=st.integers(2, 50),
 )
 def test_prompt_fills_sequence_is_exactly_the_padded_rows_without_a_learned_label(docs, seq_len):
-    """A padded row of a document has a label other than -100 exactly when the kernel says its
-    prompt does not fill it (prompts of any length, responses of 0 tokens included)."""
+    """A padded SFT row (EOS appended) has a label other than -100 exactly when the kernel says
+    its prompt does not fill it (prompts of any length, responses of 0 tokens included); the
+    EOS is a real, learned token when the row holds it, and gone when the cut falls before it."""
     lengths = [p + r for p, r in docs]
     prompts = [p for p, _ in docs]
-    full = prompt_fills_sequence(lengths, prompts, seq_len)
+    full = prompt_fills_sequence([n + 1 for n in lengths], prompts, seq_len)
     token_lists = [np.arange(1, n + 1, dtype=np.uint32) for n in lengths]
-    table, _ = pad_sequences(
+    eos = 999
+    table, stats = pad_sequences(
         token_lists,
         [str(i) for i in range(len(docs))],
         seq_len,
         0,
         pa.uint32(),
         prompt_tokens=prompts,
+        eos_id=eos,
     )
     learned = [any(x != IGNORE_INDEX for x in row) for row in table["labels"].to_pylist()]
     assert list(full) == [not x for x in learned]
+    rows = zip(
+        table["input_ids"].to_pylist(),
+        table["n_tokens"].to_pylist(),
+        table["labels"].to_pylist(),
+        strict=True,
+    )
+    for (n, p), (row, kept, labels) in zip(zip(lengths, prompts, strict=True), rows, strict=True):
+        assert kept == min(n + 1, seq_len)
+        assert row[:kept] == [*range(1, n + 1), eos][:kept]
+        # The EOS, when the row holds it, is learned unless the prompt covers it (p > n: the
+        # prompt count of a document is never above its length in the pipeline).
+        if n < seq_len and p <= n:
+            assert labels[n] == eos
+    assert stats.tokens == sum(min(n + 1, seq_len) for n in lengths)
