@@ -3,10 +3,14 @@
 Presets:
 
 ``default``
-    Preserves meaning: Unicode normalization (NFC by default, NFKC on request), control
-    characters removed (tab and newline are kept as whitespace), runs of spaces and tabs collapsed
-    to one space, spaces around line breaks trimmed, more than one blank line collapsed to one
-    (paragraph structure survives for the line-based quality filters), outer whitespace stripped.
+    Preserves meaning: Unicode normalization (NFC by default, NFKC on request); the mandatory line
+    breaks of Unicode (UAX #14: CR, CR LF, vertical tab, form feed, NEL U+0085, line and paragraph
+    separators U+2028/U+2029) become a newline, so a page break or a Word line break still
+    separates lines for the line-based quality filters; every other whitespace character
+    (``str.isspace``: tab, U+001C-U+001F, no-break and other Unicode spaces) counts as a space, and
+    runs of them collapse to one space; the other control characters (Unicode category Cc) are
+    removed; spaces around line breaks are trimmed, more than one blank line collapses to one
+    (paragraph structure survives), outer whitespace is stripped.
 ``ascii_lower``
     The published study's rule: lowercase, keep only ``[a-z0-9]`` and whitespace, collapse
     whitespace to one space, strip. Equal to the study's
@@ -14,8 +18,17 @@ Presets:
 ``none``
     Text passes through untouched.
 
-PII (``spec.pii``, :mod:`llm_assets.lib.pii`) is redacted or rejected first, on the text as it
-came in: presets such as ``ascii_lower`` would strip the ``@`` and dots that make an email an email.
+HTML (``strip_html``, ``default`` and ``none`` only): a run of tags, with the spaces and tabs
+around it, becomes one space, then entities are decoded (``&#64;`` is ``@``, ``&nbsp;`` a no-break
+space).
+
+Order in :func:`normalize_table`: HTML first, then PII (``spec.pii``, :mod:`llm_assets.lib.pii`,
+redacted or rejected), then the rest of the preset. PII goes before the preset, which would strip
+the ``@`` and dots that make an email an email (``ascii_lower``); HTML goes before PII, so that
+entity-encoded PII (``john&#64;example.com``, ``555&#45;123&#45;4567``) is decoded and redacted,
+and so that the placeholders (``<EMAIL>``...), which look like tags, survive. ``default`` and
+``none`` keep placeholders as they are; ``ascii_lower`` drops their ``<``, ``>`` and ``_`` and
+lowercases them (``email``, ``credit card`` is ``creditcard``) like all text: the study's rule.
 
 A document whose text is empty after normalization is a reject (``empty_after_normalize``):
 there is nothing left to train on, and dropping it silently would break rows in = out + rejected.
@@ -26,7 +39,7 @@ from __future__ import annotations
 import html
 import re
 import unicodedata
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 import numpy as np
@@ -57,9 +70,15 @@ _PY_WHITESPACE = (
 )
 _HORIZONTAL_SPACE = "[" + _PY_WHITESPACE.replace(r"\n", "") + "]+"
 """Python whitespace except the newline (``default`` keeps line structure)."""
-# Control characters (Unicode category Cc) other than tab and newline; CR becomes a newline.
-_CONTROL = r"[\x{00}-\x{08}\x{0b}\x{0c}\x{0e}-\x{1f}\x{7f}-\x{9f}]"
-_HTML_TAG = r"<[^<>]{0,1000}>"
+_LINE_BREAK = r"\r\n?|[\x{0b}\x{0c}\x{85}\x{2028}\x{2029}]"
+"""Unicode's mandatory line breaks (UAX #14 classes BK, CR, LF, NL): each becomes a newline."""
+_LINE_BREAK_PY = "\r\n?|[\x0b\x0c\x85\u2028\u2029]"
+_CONTROL = r"[\x{00}-\x{08}\x{0e}-\x{1b}\x{7f}-\x{84}\x{86}-\x{9f}]"
+"""Control characters (Unicode category Cc) that are not whitespace: removed. (The whitespace
+ones become a newline or a space.)"""
+_CONTROL_PY = "[\x00-\x08\x0e-\x1b\x7f-\x84\x86-\x9f]"
+_HTML_TAGS = r"[ \t]*(?:<[^<>]{0,1000}>[ \t]*)+"
+"""A run of HTML tags with the spaces and tabs around it (shared by RE2 and ``re``)."""
 
 
 # --- ascii_lower: one pass over the UTF-8 bytes ------------------------------------------------
@@ -247,9 +266,16 @@ class NormalizeSpec:
     preset: Literal["default", "ascii_lower", "none"] = "default"
     unicode_form: Literal["NFC", "NFKC"] = "NFC"
     strip_html: bool = False
-    """Remove HTML tags and unescape entities before the preset (``default`` and ``none``)."""
+    """Remove HTML tags and unescape entities before PII and the preset (``default`` and
+    ``none``; ``ascii_lower`` is the study's rule and ignores it)."""
     pii: PiiSpec = field(default_factory=lambda: PiiSpec(mode="off"))
-    """PII handling before the preset; off unless asked for (the asset's config turns it on)."""
+    """PII handling after HTML stripping and before the preset; off unless asked for (the
+    asset's config turns it on)."""
+
+    @property
+    def strips_html(self) -> bool:
+        """Whether HTML is stripped: asked for, and the preset is not ``ascii_lower``."""
+        return self.strip_html and self.preset != "ascii_lower"
 
     def __post_init__(self) -> None:
         if self.preset not in PRESETS:
@@ -260,18 +286,37 @@ class NormalizeSpec:
             )
 
 
+def strip_html_text(text: str) -> str:
+    """The reference definition of ``strip_html``: each run of tags, with the spaces and tabs
+    around it, becomes one space (markup between words is a word break, and the spaces it leaves
+    must not split a number PII redaction looks for); then entities are decoded."""
+    return html.unescape(re.sub(_HTML_TAGS, " ", text))
+
+
+def strip_html_array(texts: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """:func:`strip_html_text` of every row (nulls stay null): the tags with RE2, the entities in
+    Python, only in the rows that hold an ``&`` (``html.unescape`` has no Arrow equivalent)."""
+    stripped = pc.replace_substring_regex(string_array(texts), _HTML_TAGS, " ")
+    entity = pc.fill_null(pc.match_substring(stripped, "&"), False)
+    rows = np.flatnonzero(entity.to_numpy(zero_copy_only=False))
+    if rows.size == 0:
+        return stripped
+    decoded = [html.unescape(t) for t in stripped.take(pa.array(rows)).to_pylist()]
+    return pc.replace_with_mask(stripped, entity, pa.array(decoded, stripped.type))
+
+
 def normalize_text(text: str, spec: NormalizeSpec) -> str:
     """The reference (pure Python) definition of each preset; :func:`normalize_array` must equal
     it on every input. Used by tests and by callers holding a single string."""
-    if spec.strip_html and spec.preset != "ascii_lower":
-        text = html.unescape(re.sub(r"<[^<>]{0,1000}>", " ", text))
+    if spec.strips_html:
+        text = strip_html_text(text)
     if spec.preset == "none":
         return text
     if spec.preset == "ascii_lower":
         return re.sub(r"\s+", " ", re.sub(r"[^a-zA-Z0-9\s]", "", text.lower())).strip()
     text = unicodedata.normalize(spec.unicode_form, text)
-    text = text.replace("\r\n", "\n").replace("\r", "\n")
-    text = re.sub("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]", "", text)  # Cc except tab and newline
+    text = re.sub(_LINE_BREAK_PY, "\n", text)
+    text = re.sub(_CONTROL_PY, "", text)  # Cc that is not whitespace
     text = re.sub(r"[^\S\n]+", " ", text)
     text = re.sub(r" ?\n ?", "\n", text)
     text = re.sub(r"\n{3,}", "\n\n", text)
@@ -282,10 +327,8 @@ def normalize_array(texts: pa.Array | pa.ChunkedArray, spec: NormalizeSpec) -> p
     """Normalize a string array with Arrow compute kernels, or for ``ascii_lower`` one numpy pass
     over the UTF-8 bytes (no Python loop per row). Equal to :func:`normalize_text` on every row;
     nulls stay null."""
-    if spec.strip_html and spec.preset != "ascii_lower":
-        # html.unescape has no Arrow equivalent; only pay for Python when the option is on.
-        stripped = pc.replace_substring_regex(texts, _HTML_TAG, " ")
-        texts = pa.array([html.unescape(t) for t in stripped.to_pylist()], pa.string())
+    if spec.strips_html:
+        texts = strip_html_array(texts)
     if spec.preset == "none":
         return string_array(texts)
     if spec.preset == "ascii_lower":
@@ -295,7 +338,7 @@ def normalize_array(texts: pa.Array | pa.ChunkedArray, spec: NormalizeSpec) -> p
 
 def _default_passes(texts: pa.Array) -> pa.Array:
     """The ``default`` preset after Unicode normalization: the five regex passes and the strip."""
-    out = pc.replace_substring_regex(texts, r"\r\n?", "\n")
+    out = pc.replace_substring_regex(texts, _LINE_BREAK, "\n")
     out = pc.replace_substring_regex(out, _CONTROL, "")
     out = pc.replace_substring_regex(out, _HORIZONTAL_SPACE, " ")
     out = pc.replace_substring_regex(out, r" ?\n ?", "\n")
@@ -327,28 +370,50 @@ def _default(texts: pa.Array, unicode_form: str) -> pa.Array:
     return pa.concat_arrays([stripped, cleaned]).take(pa.array(index))
 
 
+_RAW_TEXT = "__raw_text"
+"""Temporary column of :func:`normalize_table`: the text before HTML stripping, for samples."""
+
+
 def normalize_table(table: pa.Table, spec: NormalizeSpec) -> StageResult:
-    """Kernel of ``normalized_documents``: redact (or reject) PII, rewrite ``text``, reject rows
-    left empty."""
+    """Kernel of ``normalized_documents``: strip HTML (when asked), redact (or reject) PII in the
+    text and the metadata, apply the preset to ``text``, reject rows left empty.
+
+    HTML goes first so that PII redaction sees decoded text and its placeholders are not taken
+    for tags (see the module docstring)."""
+    text_index = table.schema.get_field_index(TEXT)
+    text_field = table.schema.field(TEXT)
+    stripping = spec.strips_html
+    if stripping:
+        raw = table.column(TEXT)
+        table = table.set_column(text_index, text_field, strip_html_array(raw))
+        table = table.append_column(_RAW_TEXT, raw)
     pii_rejects = empty_rejects()
     if spec.pii.mode != "off":
         redacted = pii_kernel(table, spec.pii)
         table, pii_rejects = redacted.kept, redacted.rejects
+    raw_text = None
+    if stripping:
+        raw_text = table.column(_RAW_TEXT)
+        table = table.drop_columns([_RAW_TEXT])
     if table.num_rows == 0:
         return StageResult(table, pii_rejects)
-    normalized = normalize_array(table.column(TEXT), spec)
+    normalized = normalize_array(table.column(TEXT), replace(spec, strip_html=False))
     empty = pc.equal(pc.utf8_length(normalized), 0)
     n_empty = pc.sum(empty).as_py() or 0
-    # Rejects keep the original text as their sample: the reader wants to see what was emptied.
+    # Rejects keep the text as it came in as their sample (the reader wants to see what was
+    # emptied), markup included; with PII on, the text PII redaction saw instead: markup can hide
+    # PII (``<a href="mailto:...">``) that stripping dropped and redaction never looked at.
+    sampled = table
+    if raw_text is not None and n_empty and spec.pii.mode == "off":
+        sampled = table.set_column(text_index, text_field, raw_text)
     result = drop_rows(
-        table,
+        sampled,
         empty,
         stage=NORMALIZE_STAGE,
         reasons=[EMPTY_AFTER_NORMALIZE] * n_empty,
         values=[spec.preset] * n_empty,
     )
-    index = table.schema.get_field_index(TEXT)
-    table = table.set_column(index, table.schema.field(TEXT), normalized)
+    table = table.set_column(text_index, text_field, normalized)
     rejects = result.rejects
     if pii_rejects.num_rows:
         rejects = pa.concat_tables([pii_rejects, rejects])

@@ -2,12 +2,19 @@
 
 Kinds (:data:`PII_KINDS`) and their typed placeholders:
 
-``email``        ``<EMAIL>``        ``name.surname+tag@mail.example.co.uk``
+``email``        ``<EMAIL>``        ``name.surname+tag@mail.example.co.uk``, internationalized
+                                    (RFC 6531) too: ``jörg.schmidt@müller.de``, ``用户@例子.广告``
+                                    (letters, marks and digits of any script in the local part
+                                    and the domain; the domain needs a dot and a top-level
+                                    domain of 2+ letters or ``xn--`` punycode, so ``user@host``,
+                                    ``@mention`` and ``a@b`` stay). In text without spaces
+                                    (Chinese, Japanese) the letters glued before the address are
+                                    taken with it: over-redaction rather than a leak
 ``iban``         ``<IBAN>``         ``DE89 3704 0044 0532 0130 00`` (ISO 13616 mod-97 checked)
 ``credit_card``  ``<CREDIT_CARD>``  13-19 digits starting 2-6 (the issuers' ranges, so ISBN-13s
                                     starting 978/979 are never candidates), contiguous or in groups
-                                    of four (or Amex's 4-6-5) split by single spaces or dashes;
-                                    Luhn-valid only
+                                    of four (or Amex's 4-6-5) split by single spaces, no-break
+                                    spaces (``&nbsp;``) or dashes; Luhn-valid only
 ``us_ssn``       ``<US_SSN>``       ``123-45-6789`` minus the ranges never issued (000, 666, 9xx,
                                     group 00, serial 0000)
 ``ip_address``   ``<IP_ADDRESS>``   IPv4 with octets 0-255 (not inside a longer dotted number such
@@ -15,8 +22,11 @@ Kinds (:data:`PII_KINDS`) and their typed placeholders:
                                     (checked with :mod:`ipaddress`, and must contain a digit, so
                                     ``Bad::Add`` in C++ stays)
 ``phone``        ``<PHONE>``        international ``+CC ...`` and North-American ``(555) 123-4567``,
-                                    ``555-123-4567``, ``555.123.4567``, ``1-800-555-0199``; never a
-                                    plain year, price, date or unseparated number
+                                    ``555-123-4567``, ``555.123.4567``, ``1-800-555-0199``, groups
+                                    split by spaces, no-break spaces (U+00A0, U+2007, U+202F: the
+                                    usual typography of ``+33 1 23 45 67 89``), dots or dashes;
+                                    the ``+`` must not follow a letter or digit (``GMT+1 2023``);
+                                    never a plain year, price, date or unseparated number
 
 Kinds are applied in that order, each on the previous one's output, so a card number inside an
 IBAN or a phone-like run inside a card is taken by the more specific kind, and placeholders
@@ -30,16 +40,25 @@ text); only those rows are rewritten, with Arrow's RE2 kernels for the regex-onl
 Python only for the candidates of the checksum-validated kinds (card, IBAN, IPv6).
 
 Modes (:class:`PiiSpec`): ``redact`` keeps every row and adds an int32 ``pii_redactions`` column;
-``reject`` also redacts, and drops rows whose matches per whitespace word exceed ``max_density``
-(reason ``pii_density``; the reject's sample is the redacted text, so rejects do not leak PII
-either); ``off`` passes the table through.
+``reject`` also redacts, and drops rows whose matches per whitespace word of the text exceed
+``max_density`` (reason ``pii_density``; the reject's sample is the redacted text, so rejects do
+not leak PII either); ``off`` passes the table through.
+
+The ``metadata`` column (the record's other fields as a JSON object) is redacted too: SFT renders
+its training prompts from those fields. Every string value, at any depth, is redacted like a text
+(key names, numbers, booleans and nulls are left alone) and its redactions are added to
+``pii_redactions``. Density (``reject``) is the text's alone: it measures whether the document's
+prose is a contact list or a dump, and metadata words are no prose. One RE2 pass over the JSON
+finds the few rows with a candidate; only those are parsed, so null or ``{}`` metadata costs
+nothing.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import json
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -47,7 +66,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from llm_assets.lib.schema import TEXT, StageResult, drop_rows, empty_rejects, string_array
+from llm_assets.lib.schema import (
+    METADATA,
+    TEXT,
+    StageResult,
+    drop_rows,
+    empty_rejects,
+    string_array,
+)
 
 PII_STAGE = "normalize"
 """PII handling runs inside the normalize stage; its rejects carry that stage name."""
@@ -64,8 +90,19 @@ _MAX_PASSES = 10
 
 # --- patterns ---------------------------------------------------------------------------------
 # Written in the syntax RE2 (Arrow) and Python's ``re`` (with re.ASCII) share: ``\b`` is an ASCII
-# word boundary in both, no lookaround.
-EMAIL_PATTERN = r"[A-Za-z0-9._%+-]+@(?:[A-Za-z0-9-]+\.)+[A-Za-z]{2,}"
+# word boundary in both, no lookaround. The exception is EMAIL_PATTERN, which needs Unicode
+# classes (``\p{L}``: RE2 and the ``regex`` package, not ``re``); it is only ever run by RE2.
+_EMAIL_CHAR = r"\p{L}\p{M}\p{N}"
+"""Letters, combining marks (an NFD accent, Indic vowel signs) and digits of any script."""
+EMAIL_PATTERN = (
+    rf"[{_EMAIL_CHAR}._%+-]+@(?:[{_EMAIL_CHAR}-]+\.)+"
+    rf"(?:xn--[0-9A-Za-z-]+|\p{{L}}[\p{{L}}\p{{M}}]+)"
+)
+"""RFC 5321 atoms widened as RFC 6531 and IDNA allow (Unicode letters and digits in the local part
+and the domain labels); the top-level domain is 2+ letters of any script or ``xn--`` punycode."""
+_NBSP = "\u00a0\u2007\u202f"
+"""The no-break spaces (literal characters, so RE2 and ``re`` read them alike): typographers and
+``&nbsp;`` put them inside phone and card numbers to keep them on one line."""
 _SSN_AREA = r"(?:00[1-9]|0[1-9][0-9]|[1-578][0-9]{2}|6[0-57-9][0-9]|66[0-57-9])"
 _SSN_SERIAL = r"(?:000[1-9]|00[1-9][0-9]|0[1-9][0-9]{2}|[1-9][0-9]{3})"
 US_SSN_PATTERN = rf"\b{_SSN_AREA}-(?:0[1-9]|[1-9][0-9])-{_SSN_SERIAL}\b"
@@ -76,14 +113,23 @@ IPV4_PATTERN = rf"{_OCTET}(?:\.{_OCTET}){{3}}"
 _IPV4_GUARDED = rf"(^|[^0-9A-Za-z_.])({IPV4_PATTERN})($|[^0-9A-Za-z_.]|\.$|\.[^0-9A-Za-z_])"
 _HEX = r"[0-9A-Fa-f]{1,4}"
 IPV6_PATTERN = rf"\b(?:{_HEX}:){{7}}{_HEX}\b|\b(?:{_HEX}:){{1,6}}:(?:{_HEX}(?::{_HEX}){{0,5}})?"
-_PHONE_INTL = r"\+[1-9][0-9]{0,2}(?:[ .-]?\(?[0-9]{1,4}\)?)?(?:[ .-]?[0-9]{2,8}){2,4}\b"
-_PHONE_NA = r"(?:\b1[ .-]?)?(?:\([0-9]{3}\)[ .-]?|\b[0-9]{3}[ .-])[0-9]{3}[ .-][0-9]{4}\b"
+_PHONE_SEP = f"[ .{_NBSP}-]"
+# ``\B\+``: the ``+`` does not follow a letter, digit or ``_`` (``GMT+1 2023 2024`` is no phone).
+_PHONE_INTL = (
+    rf"\B\+[1-9][0-9]{{0,2}}(?:{_PHONE_SEP}?\(?[0-9]{{1,4}}\)?)?"
+    rf"(?:{_PHONE_SEP}?[0-9]{{2,8}}){{2,4}}\b"
+)
+_PHONE_NA = (
+    rf"(?:\b1{_PHONE_SEP}?)?(?:\([0-9]{{3}}\){_PHONE_SEP}?|\b[0-9]{{3}}{_PHONE_SEP})"
+    rf"[0-9]{{3}}{_PHONE_SEP}[0-9]{{4}}\b"
+)
 PHONE_PATTERN = f"{_PHONE_INTL}|{_PHONE_NA}"
 IBAN_PATTERN = r"\b[A-Z]{2}[0-9]{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,3})?\b"
-CARD_CANDIDATE_PATTERN = r"[2-6](?:[ -]?[0-9]){12,18}"
+_CARD_SEP = f"[ {_NBSP}-]"
+CARD_CANDIDATE_PATTERN = rf"[2-6](?:{_CARD_SEP}?[0-9]){{12,18}}"
 """Any 13-19 digits starting 2-6 with single separators: a superset of what the card check
 accepts, used to find the few rows worth checking in Python."""
-_DIGIT_RUN = re.compile(r"\b[0-9]+(?:[ -][0-9]+)*\b", re.ASCII)
+_DIGIT_RUN = re.compile(rf"\b[0-9]+(?:{_CARD_SEP}[0-9]+)*\b", re.ASCII)
 
 _REGEX_KINDS: dict[str, tuple[str, str]] = {
     "email": (EMAIL_PATTERN, PLACEHOLDERS["email"]),
@@ -264,10 +310,18 @@ def _redact_pass(texts: pa.Array, kinds: Sequence[str]) -> tuple[pa.Array, dict[
     return texts, counts
 
 
+_EMAIL_CANDIDATE = r"(?:[A-Za-z0-9._%+-]|[^\x00-\x7f])@(?:[A-Za-z0-9-]|[^\x00-\x7f])"
+"""An ``@`` between a character an email's local part may end with and one its domain may start
+with: a superset of EMAIL_PATTERN's matches, for finding candidate rows. RE2 runs EMAIL_PATTERN's
+Unicode classes several times slower per row than this (and a bare ``@`` would make every row of
+WikiText, with its `` @-@ ``, a candidate)."""
+
+
 def _any_pattern(kinds: Sequence[str]) -> str:
-    """One RE2 alternation that matches in every row any kind could change."""
+    """One RE2 alternation that matches in every row any kind could change (a superset: emails
+    by :data:`_EMAIL_CANDIDATE`)."""
     parts = {
-        "email": EMAIL_PATTERN,
+        "email": _EMAIL_CANDIDATE,
         "iban": IBAN_PATTERN,
         "credit_card": CARD_CANDIDATE_PATTERN,
         "us_ssn": US_SSN_PATTERN,
@@ -275,6 +329,36 @@ def _any_pattern(kinds: Sequence[str]) -> str:
         "phone": PHONE_PATTERN,
     }
     return "|".join(f"(?:{parts[k]})" for k in _ORDER if k in kinds)
+
+
+def _candidates(texts: pa.Array, kinds: Sequence[str]) -> np.ndarray:
+    """Per row (bool): may any kind change it? (Null rows: no.)"""
+    hit = pc.match_substring_regex(texts, _any_pattern(kinds))
+    return pc.fill_null(hit, False).to_numpy(zero_copy_only=False)
+
+
+_DIGIT_OR_AT = bytes(1 if chr(b) in "0123456789@" else 0 for b in range(256))
+"""Byte table: 1 for an ASCII digit or ``@``, else 0."""
+
+
+def _rows_with_digit_or_at(texts: pa.Array) -> np.ndarray:
+    """Per row (bool): does it hold an ASCII digit or an ``@``? Every PII match holds one (as does
+    any JSON escape of one, ``\\u0040``), so other rows need no regex. One ``bytes.translate`` and
+    one ``np.maximum.reduceat`` over the UTF-8 bytes; null and empty rows are false."""
+    wide = pa.types.is_large_string(texts.type)
+    offsets = np.frombuffer(texts.buffers()[1], dtype=np.int64 if wide else np.int32)
+    offsets = offsets[texts.offset : texts.offset + len(texts) + 1].astype(np.int64)
+    out = np.zeros(len(texts), bool)
+    start, stop = int(offsets[0]), int(offsets[-1])
+    if stop == start:
+        return out
+    flagged = np.frombuffer(
+        texts.buffers()[2][start:stop].to_pybytes().translate(_DIGIT_OR_AT), np.uint8
+    )
+    offsets -= start
+    nonempty = np.flatnonzero(offsets[1:] > offsets[:-1])
+    out[nonempty] = np.maximum.reduceat(flagged, offsets[nonempty]) > 0
+    return out
 
 
 def _redact(
@@ -290,8 +374,9 @@ def _redact(
     if n == 0 or not kinds:
         return array, counts
     any_pattern = _any_pattern(kinds)
-    hit = pc.fill_null(pc.match_substring_regex(array, any_pattern), False)
-    rows = np.flatnonzero(hit.to_numpy(zero_copy_only=False))
+    candidate = _candidates(array, kinds)
+    rows = np.flatnonzero(candidate)
+    hit = pa.array(candidate)
     if rows.size == 0:
         return array, counts
     work = array.take(pa.array(rows))
@@ -320,6 +405,111 @@ def _redact(
     return pc.replace_with_mask(array, hit, work), counts
 
 
+# --- metadata ---------------------------------------------------------------------------------
+_JSON_ESCAPE = r"\\(?:u[0-9A-Fa-f]{4}|.)"
+"""One JSON string escape (``\\n``, ``\\"``, ``\\u00e9``...)."""
+
+
+def _metadata_candidates(metadata: pa.Array, kinds: Sequence[str]) -> np.ndarray:
+    """Rows of a metadata (JSON text) array whose string values may hold a match.
+
+    Only rows with a digit or an ``@`` can (:func:`_rows_with_digit_or_at`; a JSON escape of
+    either holds digits too): null and ``{}`` metadata cost one numpy pass. Those rows are
+    searched (:func:`_candidates`) in the JSON text itself: the quotes, colons and commas around a
+    value stand where the value's start and end would, and no pattern takes them in, so a match in
+    a value is a match in the JSON. Escapes are the exception (``call\\n555-123-4567`` hides the
+    phone's word boundary behind the ``n``): rows with a backslash are searched again with every
+    escape replaced by a space (no pattern takes in a space it would not take in for the escaped
+    character), and rows with a ``\\u`` escape are always candidates (``jos\\u00e9@...``: the
+    escaped letter belongs to the address)."""
+    rows = np.flatnonzero(_rows_with_digit_or_at(metadata))
+    if rows.size == 0:
+        return rows
+    some = metadata.take(pa.array(rows))
+    hit = _candidates(some, kinds)
+    escaped = pc.fill_null(pc.match_substring(some, "\\"), False)
+    escaped_at = np.flatnonzero(escaped.to_numpy(zero_copy_only=False) & ~hit)
+    if escaped_at.size:
+        more = some.take(pa.array(escaped_at))
+        blanked = pc.replace_substring_regex(more, _JSON_ESCAPE, " ")
+        found = _candidates(blanked, kinds) | pc.fill_null(
+            pc.match_substring(more, "\\u"), False
+        ).to_numpy(zero_copy_only=False)
+        hit[escaped_at[found]] = True
+    return rows[hit]
+
+
+def _json_strings(value: object, out: list[str]) -> None:
+    """Append every string value inside a parsed JSON value (object values, list items, at any
+    depth; not object keys) to ``out``, in document order."""
+    if isinstance(value, str):
+        out.append(value)
+    elif isinstance(value, dict):
+        for item in value.values():
+            _json_strings(item, out)
+    elif isinstance(value, list):
+        for item in value:
+            _json_strings(item, out)
+
+
+def _json_replace_strings(value: object, new: Iterator[str]) -> object:
+    """``value`` with its string values replaced, in :func:`_json_strings` order, from ``new``."""
+    if isinstance(value, str):
+        return next(new)
+    if isinstance(value, dict):
+        return {key: _json_replace_strings(item, new) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_json_replace_strings(item, new) for item in value]
+    return value
+
+
+def redact_metadata(
+    metadata: pa.Array | pa.ChunkedArray | Sequence[str | None], kinds: Sequence[str] = PII_KINDS
+) -> tuple[pa.Array, np.ndarray]:
+    """Redact PII in the string values of JSON metadata (one JSON text, or null, per row).
+
+    Every string value at any depth is redacted like a text (:func:`redact_pii`); object keys,
+    numbers, booleans and nulls are left alone. A row with a redaction is written back as compact
+    JSON (non-ASCII unescaped, as ingest writes it); every other row keeps its exact text, and so
+    does a row that is not valid JSON (nothing can render a prompt from it either). Returns the
+    metadata and the redactions per row (int32). Only the rows :func:`_metadata_candidates`
+    picks are parsed: null, ``{}`` or PII-free metadata costs one RE2 pass."""
+    array = string_array(metadata)
+    total = np.zeros(len(array), np.int32)
+    if len(array) == 0 or array.null_count == len(array):
+        return array, total
+    rows = _metadata_candidates(array, kinds)
+    if rows.size == 0:
+        return array, total
+    parsed: list[tuple[int, object]] = []
+    strings: list[str] = []
+    owner: list[int] = []
+    for row, raw in zip(rows.tolist(), array.take(pa.array(rows)).to_pylist(), strict=True):
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            continue
+        before = len(strings)
+        _json_strings(value, strings)
+        owner.extend([row] * (len(strings) - before))
+        parsed.append((row, value))
+    if not strings:
+        return array, total
+    redacted, counts = redact_pii(strings, kinds)
+    np.add.at(total, np.array(owner, np.int64), counts)
+    new_strings = iter(redacted.to_pylist())
+    changed = np.zeros(len(array), bool)
+    rewritten: list[str] = []
+    for row, value in parsed:
+        value = _json_replace_strings(value, new_strings)
+        if total[row]:
+            changed[row] = True
+            rewritten.append(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
+    if not rewritten:
+        return array, total
+    return pc.replace_with_mask(array, pa.array(changed), pa.array(rewritten, array.type)), total
+
+
 # --- public API -------------------------------------------------------------------------------
 def find_pii(
     texts: pa.Array | pa.ChunkedArray | Sequence[str], kinds: Sequence[str] = PII_KINDS
@@ -345,11 +535,13 @@ def redact_pii(
 
 
 def pii_kernel(table: pa.Table, spec: PiiSpec) -> StageResult:
-    """Redact (and in ``reject`` mode, filter) the ``text`` column of one batch.
+    """Redact (and in ``reject`` mode, filter) the ``text`` column of one batch, and the string
+    values of its ``metadata`` JSON when it has that column (:func:`redact_metadata`).
 
-    Adds the int32 column ``pii_redactions`` to kept rows (not in ``off`` mode). Rejected rows
-    get reason ``pii_density`` and a value like ``0.083 (email=2, phone=1)``: matches per word
-    with the counts behind it."""
+    Adds the int32 column ``pii_redactions`` to kept rows (not in ``off`` mode): the text's
+    redactions plus the metadata's. Rejected rows get reason ``pii_density`` and a value like
+    ``0.083 (email=2, phone=1)``: the text's matches per word of the text, with the counts behind
+    it (metadata is not counted: it is no prose)."""
     if spec.mode == "off":
         return StageResult(table, empty_rejects())
     redacted, counts = _redact(table.column(TEXT), spec.kinds)
@@ -358,7 +550,15 @@ def pii_kernel(table: pa.Table, spec: PiiSpec) -> StageResult:
         total += c
     index = table.schema.get_field_index(TEXT)
     out = table.set_column(index, table.schema.field(TEXT), redacted)
-    out = out.append_column(pa.field(PII_REDACTIONS, pa.int32()), pa.array(total, pa.int32()))
+    in_metadata = np.zeros(table.num_rows, np.int32)
+    if METADATA in table.column_names:
+        metadata, in_metadata = redact_metadata(table.column(METADATA), spec.kinds)
+        if in_metadata.any():
+            index = table.schema.get_field_index(METADATA)
+            out = out.set_column(index, table.schema.field(METADATA), metadata)
+    out = out.append_column(
+        pa.field(PII_REDACTIONS, pa.int32()), pa.array(total + in_metadata, pa.int32())
+    )
     if spec.mode == "redact":
         return StageResult(out, empty_rejects())
     density = np.zeros(table.num_rows, np.float64)

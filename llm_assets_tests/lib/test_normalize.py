@@ -33,6 +33,8 @@ TRICKY = [
     "a\x0bb\x1cc\x85d\u2028e\u3000f",
     "line one  \n  line two\n\n\n\nnext paragraph",
     "e\u0301 (e + combining acute)",
+    "page one.\x0cpage two\x0bcol\x1fval\x1ebell\x00\x7f\x9b\u2029next \x0c\n\x85 end",
+    "Mail a&#64;b.com <EMAIL> &lt;PHONE&gt; x <i>1</i> <b> 2 </b>\t<br/>  3 &nbsp;4 &amp;",
 ]
 
 
@@ -53,10 +55,27 @@ def test_vectorized_kernel_equals_reference_on_tricky_text(preset, strip_html):
     ]
 
 
+_MARKUP_ALPHABET = [
+    *"<>&;#x0 \t\nab/\x0b\x0c\x1c\x85\u2029",
+    "&amp;",
+    "&#64;",
+    "&nbsp;",
+    "<b>",
+    "</p>",
+]
+
+
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.text(max_size=80), max_size=20), st.sampled_from(PRESETS))
-def test_vectorized_kernel_equals_reference_on_random_text(texts, preset):
-    spec = NormalizeSpec(preset=preset)
+@given(
+    st.lists(
+        st.one_of(st.text(max_size=80), st.lists(st.sampled_from(_MARKUP_ALPHABET)).map("".join)),
+        max_size=20,
+    ),
+    st.sampled_from(PRESETS),
+    st.booleans(),
+)
+def test_vectorized_kernel_equals_reference_on_random_text(texts, preset, strip_html):
+    spec = NormalizeSpec(preset=preset, strip_html=strip_html)
     assert normalize_array(pa.array(texts, pa.string()), spec).to_pylist() == [
         normalize_text(t, spec) for t in texts
     ]
@@ -292,7 +311,10 @@ def test_default_mixed_clean_and_dirty_rows_sliced_chunked_and_null(spec):
         _check_default(pa.chunked_array([arr.slice(1, 4), arr.slice(0, 0), arr.slice(9)]), spec)
 
 
-_DEFAULT_ALPHABET = list(" \n\r\tab.,\x07\x85\u00a0\u00e9\u0301\u2003\u2028\u3000\ufb01\u00a8")
+_DEFAULT_ALPHABET = list(
+    " \n\r\tab.,\x07\x85\u00a0\u00e9\u0301\u2003\u2028\u3000\ufb01\u00a8"
+    "\x00\x0b\x0c\x1c\x1d\x1e\x1f\x7f\x84\x86\x9f\u2029"
+)
 
 
 @settings(max_examples=300, deadline=None)
@@ -320,6 +342,33 @@ def test_default_equals_reference_on_random_sliced_and_chunked_arrays(texts, spe
     bounds = [0, *cuts, len(part)]
     chunks = [part.slice(a, b - a) for a, b in itertools.pairwise(bounds)]
     _check_default(pa.chunked_array(chunks, pa.string()), spec)
+
+
+@pytest.mark.parametrize("spec", DEFAULT_FORMS)
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # Unicode's mandatory line breaks (once deleted, joining the words) become a newline
+        ("end of page one.\x0cStart of page two", "end of page one.\nStart of page two"),
+        ("col1\x0bcol2", "col1\ncol2"),  # vertical tab: Word's manual line break
+        ("line one\x85line two", "line one\nline two"),  # NEL
+        ("line one\u2028line two\u2029para", "line one\nline two\npara"),  # once a space
+        ("a\r\nb\rc", "a\nb\nc"),
+        ("a \x0c \n \x0c b", "a\n\nb"),  # a blank line at most, spaces around it trimmed
+        ("\x0c\x0bText\x85", "Text"),
+        # the other whitespace controls (information separators U+001C-U+001F) are spaces
+        ("field\x1fvalue\x1erecord\x1dgroup\x1cfile", "field value record group file"),
+        ("a \x1f\t b", "a b"),
+        # control characters that are not whitespace are still removed
+        ("bell\x07\x00\x7f\x84\x86\x9f!", "bell!"),
+    ],
+)
+def test_default_whitespace_controls_become_whitespace(spec, text, expected):
+    assert normalize_text(text, spec) == expected
+    assert normalize_array(pa.array([text, "clean row"]), spec).to_pylist() == [
+        expected,
+        "clean row",
+    ]
 
 
 def test_default_preset_keeps_meaning():
@@ -391,3 +440,106 @@ def test_pii_reject_mode_drops_dense_documents_with_the_reason():
     assert result.rejects[REASON].to_pylist() == [PII_DENSITY]
     assert "jane" not in result.rejects["sample"][0].as_py()
     assert result.kept["text"].to_pylist() == [long.strip().replace("jane@example.com", "<EMAIL>")]
+
+
+# --- HTML, then PII, then the preset ---------------------------------------------------------
+def _pii_docs(texts: list[str]) -> pa.Table:
+    return _docs(texts)
+
+
+_HTML_PII = [
+    "Write to a@b.com or call 555-123-4567 today.",  # placeholders must not be taken for tags
+    "Contact: john&#64;example.com for details",  # entity-encoded PII must be decoded first
+    "Mail: jane.doe&commat;example.org",
+    "Phone: 555&#45;123&#45;4567",
+    "Card: <span>4111</span> 1111 1111 1111",  # tags between the groups
+    "Card 4111&nbsp;1111&nbsp;1111&nbsp;1111",
+    "IP <b>10.0.0.1</b>",
+    "<p>No PII &amp; no problem</p>",
+]
+
+
+@pytest.mark.parametrize(
+    ("preset", "expected"),
+    [
+        (
+            "default",
+            [
+                "Write to <EMAIL> or call <PHONE> today.",
+                "Contact: <EMAIL> for details",
+                "Mail: <EMAIL>",
+                "Phone: <PHONE>",
+                "Card: <CREDIT_CARD>",
+                "Card <CREDIT_CARD>",
+                "IP <IP_ADDRESS>",
+                "No PII & no problem",
+            ],
+        ),
+        (
+            "none",
+            [
+                "Write to <EMAIL> or call <PHONE> today.",
+                "Contact: <EMAIL> for details",
+                "Mail: <EMAIL>",
+                "Phone: <PHONE>",
+                "Card: <CREDIT_CARD>",
+                "Card <CREDIT_CARD>",
+                "IP <IP_ADDRESS> ",
+                " No PII & no problem ",
+            ],
+        ),
+    ],
+)
+def test_strip_html_runs_before_pii_so_placeholders_survive_and_encoded_pii_is_redacted(
+    preset, expected
+):
+    """Once every placeholder was deleted as a tag ("Write to or call today.") and decoded PII
+    (``john&#64;example.com``) came out in clear, uncounted."""
+    from llm_assets.lib.pii import PII_REDACTIONS, PiiSpec
+
+    spec = NormalizeSpec(preset=preset, strip_html=True, pii=PiiSpec(mode="redact"))
+    result = normalize_table(_pii_docs(_HTML_PII), spec)
+    assert result.kept["text"].to_pylist() == expected
+    assert result.kept[PII_REDACTIONS].to_pylist() == [2, 1, 1, 1, 1, 1, 1, 0]
+
+
+def test_ascii_lower_ignores_strip_html_and_turns_placeholders_into_words():
+    """The study's rule: no HTML stripping, and placeholders lose ``<``, ``>`` and ``_``."""
+    from llm_assets.lib.pii import PiiSpec
+
+    spec = NormalizeSpec(preset="ascii_lower", strip_html=True, pii=PiiSpec(mode="redact"))
+    texts = ["Write to a@b.com, card 4111 1111 1111 1111 <b>today</b>."]
+    assert normalize_table(_pii_docs(texts), spec).kept["text"].to_pylist() == [
+        "write to email card creditcard btodayb"
+    ]
+
+
+def test_strip_html_turns_a_run_of_tags_and_the_spaces_around_it_into_one_space():
+    spec = NormalizeSpec(preset="none", strip_html=True)
+    cases = {
+        "a <b>x</b> c": "a x c",
+        "<td>1</td> <td>2</td>\t<td>3</td>": " 1 2 3 ",
+        "x<br/>y": "x y",
+        "line\n<p>next": "line\n next",  # a newline is kept
+        "a &lt;b&gt; c": "a <b> c",  # entities are decoded after the tags are gone
+        "no markup  at all": "no markup  at all",
+    }
+    assert [normalize_text(t, spec) for t in cases] == list(cases.values())
+    assert normalize_array(pa.array(list(cases)), spec).to_pylist() == list(cases.values())
+
+
+def test_strip_html_in_reject_mode_and_samples_of_emptied_rows():
+    """Density is counted on the decoded text. A row emptied by the preset keeps the text as it
+    came in as its sample when PII is off; with PII on, the stripped text redaction saw (markup
+    may hide PII that stripping dropped and redaction never saw)."""
+    from llm_assets.lib.pii import PII_DENSITY, PiiSpec
+
+    texts = ["<i>a&#64;b.com</i>", '<a href="mailto:x@y.com"></a>', "Fine text.", "<p>&#64;</p>"]
+    spec = NormalizeSpec(strip_html=True, pii=PiiSpec(mode="reject"))
+    result = normalize_table(_pii_docs(texts), spec)
+    assert result.kept["text"].to_pylist() == ["Fine text.", "@"]
+    assert result.rejects[REASON].to_pylist() == [PII_DENSITY, EMPTY_AFTER_NORMALIZE]
+    assert result.rejects["sample"].to_pylist() == [" <EMAIL> ", " "]
+    result = normalize_table(_pii_docs(texts), NormalizeSpec(strip_html=True))
+    assert result.rejects["sample"].to_pylist() == ['<a href="mailto:x@y.com"></a>']
+    assert result.kept["text"].to_pylist() == ["a@b.com", "Fine text.", "@"]

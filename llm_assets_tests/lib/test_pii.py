@@ -4,11 +4,13 @@ find after redaction, and the kernel's three modes."""
 from __future__ import annotations
 
 import ipaddress
+import json
 import re
 
 import numpy as np
 import pyarrow as pa
 import pytest
+import regex  # EMAIL_PATTERN's Unicode classes (``\p{L}``) are RE2 and ``regex``, not ``re``
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -26,6 +28,7 @@ from llm_assets.lib.pii import (
     iban_valid,
     luhn_valid,
     pii_kernel,
+    redact_metadata,
     redact_pii,
 )
 from llm_assets.lib.schema import REJECT_SCHEMA
@@ -47,6 +50,15 @@ def _table(texts: list[str]) -> pa.Table:
         ("email", "john.doe@example.com"),
         ("email", "first.last+tag@mail.example.co.uk"),
         ("email", "X_Y-9%z@sub-domain.example.org"),
+        # internationalized (RFC 6531): once "jö<EMAIL>", "andré<EMAIL>" or not redacted at all
+        ("email", "jörg.schmidt@example.com"),
+        ("email", "andré.dupont@exemple.fr"),
+        ("email", "josé@example.com"),
+        ("email", "jörg@müller.de"),
+        ("email", "jose\u0301@example.com"),  # NFD: e + combining acute
+        ("email", "用户@例子.广告"),
+        ("email", "иван@пример.рф"),
+        ("email", "user@example.xn--p1ai"),
         ("phone", "(555) 123-4567"),
         ("phone", "555-123-4567"),
         ("phone", "555.123.4567"),
@@ -56,6 +68,10 @@ def _table(texts: list[str]) -> pa.Table:
         ("phone", "+33 1 23 45 67 89"),
         ("phone", "+49 30 12345678"),
         ("phone", "+15551234567"),
+        # no-break spaces (typography, &nbsp;) between the groups
+        ("phone", "555\u00a0123\u00a04567"),
+        ("phone", "+33\u00a01\u00a023\u00a045\u00a067\u00a089"),
+        ("phone", "+33\u202f1\u202f23\u202f45\u202f67\u202f89"),
         ("ip_address", "192.168.0.1"),
         ("ip_address", "10.0.0.255"),
         ("ip_address", "1.2.3.4"),
@@ -68,6 +84,7 @@ def _table(texts: list[str]) -> pa.Table:
         ("credit_card", "5500 0000 0000 0004"),
         ("credit_card", "3782 822463 10005"),
         ("credit_card", "6011000990139424"),
+        ("credit_card", "4111\u00a01111\u00a01111\u00a01111"),
         ("iban", "DE89 3704 0044 0532 0130 00"),
         ("iban", "GB82WEST12345698765432"),
         ("iban", "NO93 8601 1117 947"),
@@ -125,6 +142,11 @@ def test_several_matches_in_one_text_are_counted_per_kind():
         "The score was 3-2 and the range 100-200, room 12 34, ratio 1:2.",
         "A plain number 5551234567 and an order #123456.",
         "a@b is no email, neither is user@localhost.",
+        # Unicode look-alikes: no dot in the domain, no local part, no top-level domain
+        "Grüße an jörg@host, @jörg und @müller.de; x = ä@ö; café@bar. ok",
+        "Mentions: @jörg.schmidt, @用户; code: a@b, b@c.d, x@y.1",
+        # a ``+`` glued to a word is no phone's prefix
+        "GMT+1 2023 2024 and UTC+5 10 20",
     ],
 )
 def test_look_alikes_are_left_alone(text):
@@ -185,7 +207,7 @@ def _cards(draw):
         sep = draw(st.sampled_from([" ", "-"]))
         return f"{digits[:4]}{sep}{digits[4:10]}{sep}{digits[10:]}"
     digits = _luhn_complete(first + draw(st.text("0123456789", min_size=14, max_size=14)))
-    sep = draw(st.sampled_from(["", " ", "-"]))
+    sep = draw(st.sampled_from(["", " ", "-", "\u00a0"]))
     return sep.join(digits[i : i + 4] for i in range(0, 16, 4))
 
 
@@ -200,13 +222,29 @@ def _ibans(draw):
 
 
 _digits = st.integers(0, 9).map(str)
-_emails = st.builds(
-    lambda a, b, c: f"{a}.{a}@{b}.{c}", _WORDS, _WORDS, st.sampled_from(["com", "org", "io"])
+_UNICODE_WORDS = st.text("abcéöüßçñøåжяαβ中文\u0301", min_size=1, max_size=8).filter(
+    lambda w: not w.startswith("\u0301")
+)
+_emails = st.one_of(
+    st.builds(
+        lambda a, b, c: f"{a}.{a}@{b}.{c}", _WORDS, _WORDS, st.sampled_from(["com", "org", "io"])
+    ),
+    st.builds(
+        lambda a, b, c: f"{a}@{b}.{c}",
+        _UNICODE_WORDS,
+        _UNICODE_WORDS,
+        st.sampled_from(["de", "рф"]),
+    ),
 )
 _phones = st.builds(
     lambda fmt, ds: fmt.format(*ds),
     st.sampled_from(
-        ["({}{}{}) {}{}{}-{}{}{}{}", "{}{}{}-{}{}{}-{}{}{}{}", "+44 20 {}{}{}{} {}{}{}{}"]
+        [
+            "({}{}{}) {}{}{}-{}{}{}{}",
+            "{}{}{}-{}{}{}-{}{}{}{}",
+            "+44 20 {}{}{}{} {}{}{}{}",
+            "+44\u00a020\u00a0{}{}{}{}\u00a0{}{}{}{}",
+        ]
     ),
     st.lists(_digits, min_size=10, max_size=10),
 )
@@ -238,7 +276,10 @@ _pieces = st.lists(
     max_size=12,
 )
 _IPV4_GUARDED = re.compile(rf"(?<![0-9A-Za-z_.]){IPV4_PATTERN}(?![0-9A-Za-z_])(?!\.[0-9A-Za-z_])")
-_PLAIN = [re.compile(p, re.ASCII) for p in (EMAIL_PATTERN, PHONE_PATTERN, US_SSN_PATTERN)]
+_PLAIN = [
+    regex.compile(EMAIL_PATTERN),
+    *(re.compile(p, re.ASCII) for p in (PHONE_PATTERN, US_SSN_PATTERN)),
+]
 
 
 def _leftover(text: str) -> list[str]:
@@ -382,3 +423,101 @@ def test_bad_specs_are_refused(kwargs, message):
 def test_unknown_kind_in_functions_is_refused():
     with pytest.raises(ValueError, match="passport"):
         find_pii(["x"], ("passport",))
+
+
+# --- metadata (SFT prompts are rendered from it) ------------------------------------------------
+def test_metadata_string_values_are_redacted_at_any_depth_keys_and_scalars_untouched():
+    record = {
+        "instruction": "Summarize.",
+        "input": "Mail jane@example.com, call 555-123-4567, card 4111 1111 1111 1111.",
+        "nested": {"list": ["x", "ip 10.0.0.1", 5551234567, 4111111111111111], "ok": True},
+        "a@b.com": 1.5,  # a key is a name, not a value
+        "n": None,
+    }
+    out, total = redact_metadata([json.dumps(record)])
+    assert total.tolist() == [4] and total.dtype == np.int32
+    assert json.loads(out[0].as_py()) == {
+        "instruction": "Summarize.",
+        "input": "Mail <EMAIL>, call <PHONE>, card <CREDIT_CARD>.",
+        "nested": {"list": ["x", "ip <IP_ADDRESS>", 5551234567, 4111111111111111], "ok": True},
+        "a@b.com": 1.5,
+        "n": None,
+    }
+
+
+def test_metadata_without_pii_null_empty_or_invalid_is_kept_byte_for_byte():
+    rows = [
+        None,
+        "{}",
+        '{"title": "Tropical Storm John (1881)", "id": "wiki-0-00000001"}',
+        '{"x": 1.0e5,   "y": "spaced as written"}',  # not rewritten: no redaction
+        '{"input": "not json", ',  # invalid JSON: nothing can render a prompt from it
+        '["a list", 123]',
+    ]
+    out, total = redact_metadata(pa.array(rows, pa.string()))
+    assert out.to_pylist() == rows
+    assert total.tolist() == [0] * len(rows)
+    out, total = redact_metadata(pa.array([None, None], pa.string()))
+    assert out.to_pylist() == [None, None] and total.tolist() == [0, 0]
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        # escapes hide what the JSON text alone would show: the n of \n glued to the number...
+        ('{"input": "call\\n555-123-4567"}', "call\n<PHONE>"),
+        # ...an escaped letter of the address (json.dumps' default ensure_ascii)
+        ('{"input": "jos\\u00e9@example.com"}', "<EMAIL>"),
+        ('{"input": "say \\"a@b.com\\" \\\\ 10.0.0.1"}', 'say "<EMAIL>" \\ <IP_ADDRESS>'),
+        ('{"input": "jörg@müller.de"}', "<EMAIL>"),
+    ],
+)
+def test_metadata_with_json_escapes(raw, expected):
+    out, total = redact_metadata([raw])
+    assert json.loads(out[0].as_py()) == {"input": expected}
+    assert total.tolist() == [1 + ("10.0.0.1" in raw)]
+
+
+def test_kernel_redacts_metadata_and_counts_it_but_density_is_the_texts():
+    table = _table(["Plain words and nothing else here.", "Call 555-123-4567.", "x"])
+    meta = [
+        json.dumps({"input": "mail a@b.com or c@d.org", "stars": 5}),
+        None,
+        "{}",
+    ]
+    table = table.set_column(table.schema.get_field_index("metadata"), "metadata", pa.array(meta))
+    result = pii_kernel(table, PiiSpec())
+    assert result.kept[PII_REDACTIONS].to_pylist() == [2, 1, 0]
+    assert json.loads(result.kept["metadata"][0].as_py()) == {
+        "input": "mail <EMAIL> or <EMAIL>",
+        "stars": 5,
+    }
+    assert result.kept["metadata"].to_pylist()[1:] == [None, "{}"]
+    # reject: the first row's text has no PII (2 metadata matches for 6 words would be 0.33)
+    result = pii_kernel(table, PiiSpec(mode="reject", max_density=0.3))
+    assert result.kept["doc_id"].to_pylist() == ["d0", "d2"]
+    assert result.kept[PII_REDACTIONS].to_pylist() == [2, 0]
+    assert result.rejects["value"].to_pylist() == ["0.500 (phone=1)"]
+    assert "a@b.com" not in str(result.kept["metadata"].to_pylist())
+    # the kinds asked for only
+    result = pii_kernel(table, PiiSpec(kinds=("phone",)))
+    assert result.kept["metadata"][0].as_py() == meta[0]
+    assert result.kept[PII_REDACTIONS].to_pylist() == [0, 1, 0]
+
+
+def test_metadata_in_sliced_and_chunked_arrays():
+    """The prefilter reads the UTF-8 buffers directly: slices and chunks must line up."""
+    rows = [None, "", '{"a": "x@y.com"}', "{}", '{"b": "no digits"}', '{"c": "10.0.0.1"}']
+    arr = pa.array(rows, pa.string())
+    out, total = redact_metadata(arr.slice(2, 4))
+    assert total.tolist() == [1, 0, 0, 1]
+    assert out.to_pylist() == [
+        '{"a":"<EMAIL>"}',
+        "{}",
+        '{"b": "no digits"}',
+        '{"c":"<IP_ADDRESS>"}',
+    ]
+    out, total = redact_metadata(pa.chunked_array([arr.slice(0, 3), arr.slice(3)]))
+    assert total.tolist() == [0, 0, 1, 0, 0, 1]
+    out, total = redact_metadata(pa.array(rows, pa.large_string()))
+    assert total.tolist() == [0, 0, 1, 0, 0, 1] and out.type == pa.large_string()
