@@ -31,7 +31,7 @@ import pyarrow.compute as pc
 import xxhash
 
 from llm_assets.lib.quality import Words, split_words
-from llm_assets.lib.schema import METADATA, PROMPT_TOKENS, TEXT, StageResult, empty_rejects
+from llm_assets.lib.schema import PROMPT, TEXT, StageResult, empty_rejects
 
 CONTENT_HASH = "content_hash"
 MINHASH = "minhash"
@@ -205,7 +205,7 @@ def dedup_annotate(
     ``table[TEXT]``, if already split; unused for SFT rows, whose MinHash covers more than the
     text (:func:`dedup_texts`)."""
     texts = dedup_texts(table)
-    if _joins_metadata(table):
+    if _joins_prompt(table):
         words = None
     if exact.enabled:
         table = table.append_column(pa.field(CONTENT_HASH, pa.string()), content_hashes(texts))
@@ -223,17 +223,17 @@ def dedup_annotate(
 
 
 def dedup_texts(table: pa.Table) -> pa.Array | pa.ChunkedArray:
-    """What two documents must share to be duplicates: the text; for SFT rows (a prompt was
-    tokenized before the text) the record's other fields too, so that equal answers to different
-    instructions are not duplicates."""
-    if not _joins_metadata(table):
+    """What two documents must share to be duplicates: the text; for SFT rows the rendered
+    prompt too (``prompt``), so that equal answers to different instructions are not duplicates,
+    while fields the prompt does not use (an ``id``, a timestamp) do not make rows differ."""
+    if not _joins_prompt(table):
         return table[TEXT]
-    return pc.binary_join_element_wise(pc.fill_null(table[METADATA], ""), table[TEXT], "\n")
+    return pc.binary_join_element_wise(table[PROMPT], table[TEXT], "\n")
 
 
-def _joins_metadata(table: pa.Table) -> bool:
-    """Whether :func:`dedup_texts` adds the record's fields to the text (SFT rows)."""
-    return PROMPT_TOKENS in table.column_names and METADATA in table.column_names
+def _joins_prompt(table: pa.Table) -> bool:
+    """Whether :func:`dedup_texts` adds the rendered prompt to the text (SFT rows)."""
+    return PROMPT in table.column_names
 
 
 def jaccard_estimate(left: np.ndarray, right: np.ndarray) -> np.ndarray:

@@ -41,6 +41,7 @@ from llm_assets.lib.schema import (
     INPUT_IDS,
     METADATA,
     N_TOKENS,
+    PROMPT,
     PROMPT_TOKENS,
     TEXT,
     StageResult,
@@ -491,8 +492,8 @@ def _lists_from(values: pa.Array, counts: np.ndarray) -> pa.Array:
 def tokenize_table(table: pa.Table, spec: TokenizerSpec) -> StageResult:
     """Kernel of ``tokenized_documents``: append ``input_ids`` and ``n_tokens`` (an empty token
     list is kept and left to the length filter, which records why it goes). With a prompt
-    template, ids are prompt then response and ``prompt_tokens`` is added; a row missing a field
-    the template needs is a reject (``missing_prompt_field``)."""
+    template, ids are prompt then response and ``prompt_tokens`` and the rendered ``prompt`` are
+    added; a row missing a field the template needs is a reject (``missing_prompt_field``)."""
     tok = spec.build()
     rejects = empty_rejects()
     prompt_ids = None
@@ -522,4 +523,7 @@ def tokenize_table(table: pa.Table, spec: TokenizerSpec) -> StageResult:
     if prompt_ids is not None:
         lengths = pa.array([len(p) for p in prompt_ids], pa.int32())
         table = table.append_column(pa.field(PROMPT_TOKENS, pa.int32(), nullable=False), lengths)
+        table = table.append_column(
+            pa.field(PROMPT, pa.string(), nullable=False), pa.array(prompts, pa.string())
+        )
     return StageResult(table, rejects)

@@ -313,17 +313,32 @@ def test_only_exact_or_only_near(tmp_path):
     assert near_only.drops.num_rows >= 2
 
 
-def test_sft_rows_are_duplicates_only_when_the_prompt_fields_match_too():
-    table = _table(["positive", "positive", "positive"]).append_column(
+def test_sft_rows_are_duplicates_only_when_the_prompt_matches_too():
+    """Equal answers to different prompts are not duplicates; equal prompts and answers are,
+    whatever other fields the records hold (before, the whole metadata was hashed, so an ``id``
+    field made every row unique)."""
+    table = _table(["positive", "positive", "positive", "positive"]).append_column(
         "metadata",
-        pa.array(['{"instruction": "a"}', '{"instruction": "b"}', '{"instruction": "a"}']),
+        pa.array(
+            [
+                '{"id": 1, "instruction": "a"}',
+                '{"id": 2, "instruction": "b"}',
+                '{"id": 3, "instruction": "a"}',
+                None,
+            ]
+        ),
     )
     plain = dedup_annotate(table, ExactDedupSpec(), NearDedupSpec(enabled=False)).kept
     assert len(set(plain[CONTENT_HASH].to_pylist())) == 1  # not SFT: the text alone
-    sft = table.append_column("prompt_tokens", pa.array([3, 3, 3], pa.int32()))
-    hashes = dedup_annotate(sft, ExactDedupSpec(), NearDedupSpec(enabled=False)).kept
-    first, second, third = hashes[CONTENT_HASH].to_pylist()
-    assert first == third != second
+    sft = table.append_column("prompt_tokens", pa.array([3, 3, 3, 3], pa.int32())).append_column(
+        "prompt", pa.array(["Q: a\n", "Q: b\n", "Q: a\n", "Q: b\n"])
+    )
+    for near in (NearDedupSpec(enabled=False), NearDedupSpec()):
+        kept = dedup_annotate(sft, ExactDedupSpec(), near).kept
+        first, second, third, fourth = kept[CONTENT_HASH].to_pylist()
+        assert first == third != second == fourth
+    signatures = dedup_annotate(sft, ExactDedupSpec(), NearDedupSpec()).kept[MINHASH].to_pylist()
+    assert signatures[0] == signatures[2] != signatures[1] == signatures[3]
 
 
 def test_signatures_ignore_trailing_unicode_whitespace():
