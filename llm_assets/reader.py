@@ -8,10 +8,26 @@
 With PyTorch installed (the ``torch`` extra) the classes are ``torch.utils.data.Dataset`` /
 ``IterableDataset`` and work with ``DataLoader``; without it they return numpy arrays all the same.
 
+Files are read in split, then numeric bucket order (``part-train-99999`` before
+``part-train-100000``). A folder that holds batch files, but none of the requested split (e.g.
+``validation_fraction: 0``, or every document drawn into the other split), is an empty split:
+the dataset has length 0, as it has when that split's files hold no rows. A folder with no batch
+file at all raises ``FileNotFoundError``.
+
 Sharding: the sequences (in file order) are cut into ``world_size`` contiguous ranges, one per
 rank, each cut again per DataLoader worker; range ``k`` of ``K`` over ``N`` rows is
 ``[k * N // K, (k + 1) * N // K)``, so the parts cover every row exactly once (uneven remainders
 are spread, nothing is dropped). Ranks default to ``torch.distributed`` when it is initialized.
+
+Pre-formed batches (``batches=True``): the layouts that pad per batch (``bucketed``, and
+``padded`` with ``pad_to: longest``) write a ``batch`` column, and their rows are only of equal
+length within one batch, so batching rows anew (``DataLoader(ds, batch_size=B)``) would stack
+rows of different lengths. With ``batches=True`` an item is one whole batch as the pipeline
+formed it (2-D arrays, ``doc_id`` a list), ``len`` counts batches, and the rank and worker shares
+are the same ``k * N // K`` ranges over whole batches; use ``DataLoader(ds, batch_size=None)``.
+
+Datasets pickle without their open files (reopened on first use), so ``DataLoader`` workers
+started with ``spawn`` (the default on macOS and Windows) work after the dataset was used.
 
 One dataset is one set of batch files: every file read, and in a folder the other split's files
 too, must carry the same ``llm_assets.source_fingerprint`` (the upstream state they were computed
@@ -26,6 +42,7 @@ object per token.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -34,7 +51,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from llm_assets.lib.batching import META_PREFIX
+from llm_assets.lib.batching import BATCH, META_PREFIX
+from llm_assets.lib.schema import DOC_ID
 
 try:  # optional: torch is an extra, the reader works without it
     import torch
@@ -51,8 +69,20 @@ SOURCE_FINGERPRINT = f"{META_PREFIX}source_fingerprint"
 settings) it was computed from; equal in every file of one consistent set."""
 
 
+SPLITS = ("train", "validation")
+"""The splits the pipeline writes (as ``llm_assets.tasks.SPLITS``): one of them with no file in a
+batches folder is empty; any other name is refused as unknown."""
+
+_PART = re.compile(r"^part-(?P<split>.+)-(?P<bucket>\d+)\.parquet$")
+
+
 class MetadataMismatchError(ValueError):
     """A file whose schema metadata does not match what the caller expects."""
+
+
+class NoPreformedBatchesError(ValueError):
+    """``batches=True`` over files without a ``batch`` column: their layout has no pre-formed
+    batches (every row is padded to ``seq_len``, or packed), so any rows batch together."""
 
 
 class MixedSourcesError(MetadataMismatchError):
@@ -62,20 +92,42 @@ class MixedSourcesError(MetadataMismatchError):
     validation both."""
 
 
+def _file_order(path: Path) -> tuple[str, int, str]:
+    """Sort key of a batch file: (split, bucket number), so that files past bucket 99,999, whose
+    numbers have more than five digits, still follow bucket order; other names sort by name."""
+    match = _PART.match(path.name)
+    if match is None:
+        return path.name, -1, path.name
+    return match["split"], int(match["bucket"]), path.name
+
+
 def batch_files(source: str | Path | Sequence[str | Path], split: str | None = None) -> list[Path]:
     """The Parquet files of a batches folder (optionally one split), or an explicit list.
 
-    Only the folder's own ``part-*.parquet``: its ``megatron/`` export is not batch files."""
-    if isinstance(source, (str, Path)):
-        root = Path(source)
-        if root.is_file():
-            return [root]
-        pattern = f"part-{split}-*.parquet" if split else "part-*.parquet"
-        files = sorted(root.glob(pattern))
-        if not files:
-            raise FileNotFoundError(f"no batch files matching {pattern} under {root}")
-        return files
-    return [Path(p) for p in source]
+    Only the folder's own ``part-*.parquet``: its ``megatron/`` export is not batch files. Files
+    are in split, then numeric bucket order (the shuffle's order; not name order, which puts
+    ``part-train-100000`` before ``part-train-99999``). A folder without any batch file raises
+    ``FileNotFoundError``; one with batch files but none of ``split`` gives ``[]`` (an empty
+    split: ``validation_fraction: 0``, or every document drawn into the other split) when
+    ``split`` is one of :data:`SPLITS`, and ``ValueError`` for another name."""
+    if not isinstance(source, (str, Path)):
+        return [Path(p) for p in source]
+    root = Path(source)
+    if root.is_file():
+        return [root]
+    every = sorted(root.glob("part-*.parquet"), key=_file_order)
+    if not every:
+        raise FileNotFoundError(f"no batch files (part-*.parquet) under {root}")
+    if split is None:
+        return every
+    files = [p for p in every if _file_order(p)[0] == split]
+    if not files and split not in SPLITS:
+        present = sorted({_file_order(p)[0] for p in every})
+        raise ValueError(
+            f"{root} has no split {split!r}: its batch files are of {', '.join(present)} "
+            f"(the pipeline writes {', '.join(SPLITS)})"
+        )
+    return files
 
 
 def _schema_metadata(path: Path) -> dict[str, str]:
@@ -112,7 +164,7 @@ def _check_one_source(
             if path not in found:
                 found[path] = _schema_metadata(path).get(SOURCE_FINGERPRINT)
     by_source: dict[str | None, list[Path]] = {}
-    for path, value in sorted(found.items()):  # file name order, whichever split was read
+    for path, value in sorted(found.items(), key=lambda item: _file_order(item[0])):
         by_source.setdefault(value, []).append(path)
     if len(by_source) < 2:
         return
@@ -153,7 +205,11 @@ def _worker() -> tuple[int, int]:
 
 
 class _Files:
-    """Row-group index over the files: global row -> (file, row group, row in group)."""
+    """Row-group index over the files: global row -> (file, row group, row in group).
+
+    Open ``ParquetFile`` handles and the last decoded row group are per process: they are left
+    out when pickled (a ``spawn`` DataLoader worker gets the dataset pickled, and a
+    ``ParquetFile`` cannot be) and reopened on first use."""
 
     def __init__(
         self,
@@ -166,28 +222,47 @@ class _Files:
         self.metadata = [_check_metadata(p, expected) for p in files]
         starts: list[int] = []
         groups: list[tuple[int, int]] = []
+        file_starts: list[int] = []
         total = 0
         for f, path in enumerate(files):
+            file_starts.append(total)
             meta = pq.read_metadata(path)
             for g in range(meta.num_row_groups):
                 starts.append(total)
                 groups.append((f, g))
                 total += meta.row_group(g).num_rows
         self.starts = np.array([*starts, total], dtype=np.int64)
+        self.file_starts = np.array([*file_starts, total], dtype=np.int64)
         self.groups = groups
         self.total = total
         self._cache: tuple[int, dict[str, Any]] | None = None
         self._handles: dict[int, pq.ParquetFile] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Everything but the open files and the decoded group, which cannot (or need not) be
+        pickled: the copy reopens what it reads."""
+        state = self.__dict__.copy()
+        state["_cache"] = None
+        state["_handles"] = {}
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._cache = None
+        self._handles = {}
+
+    def _handle(self, f: int) -> pq.ParquetFile:
+        handle = self._handles.get(f)
+        if handle is None:
+            handle = self._handles[f] = pq.ParquetFile(self.files[f], memory_map=True)
+        return handle
 
     def group(self, index: int) -> dict[str, Any]:
         """The decoded columns of row group ``index`` (the last one is cached)."""
         if self._cache is not None and self._cache[0] == index:
             return self._cache[1]
         f, g = self.groups[index]
-        handle = self._handles.get(f)
-        if handle is None:
-            handle = self._handles[f] = pq.ParquetFile(self.files[f], memory_map=True)
-        table = handle.read_row_group(g, columns=self.columns)
+        table = self._handle(f).read_row_group(g, columns=self.columns)
         decoded = {name: _decode(table.column(name)) for name in table.column_names}
         self._cache = (index, decoded)
         return decoded
@@ -195,6 +270,85 @@ class _Files:
     def locate(self, row: int) -> tuple[int, int]:
         g = int(np.searchsorted(self.starts, row, side="right")) - 1
         return g, row - int(self.starts[g])
+
+    def batch_starts(self) -> np.ndarray:
+        """Global first row of every pre-formed batch, then the total: consecutive rows of one
+        file with one ``batch`` value are one batch (a batch never spans files). Raises
+        :class:`NoPreformedBatchesError` naming a file without the column."""
+        bounds: list[np.ndarray] = []
+        for f, path in enumerate(self.files):
+            if BATCH not in pq.read_schema(path).names:
+                layout = self.metadata[f].get(f"{META_PREFIX}layout", "?")
+                pad_to = self.metadata[f].get(f"{META_PREFIX}pad_to", "?")
+                if layout == "bucketed" or (layout == "padded" and pad_to == "longest"):
+                    why = (
+                        "it was written before batch files recorded their batches: "
+                        "re-materialize training_batches to read whole batches"
+                    )
+                else:
+                    why = (
+                        "only the layouts 'bucketed' and 'padded' with pad_to 'longest' have "
+                        "pre-formed batches; read its rows (batches=False) and batch them with "
+                        "DataLoader(batch_size=...)"
+                    )
+                raise NoPreformedBatchesError(
+                    f"{path} has no {BATCH!r} column (layout {layout!r}, pad_to {pad_to!r}): {why}"
+                )
+            if self.file_starts[f] == self.file_starts[f + 1]:
+                continue  # a file of no rows has no batch
+            column = self._handle(f).read(columns=[BATCH]).column(BATCH)
+            if column.null_count:
+                raise ValueError(f"{path}: column {BATCH!r} has {column.null_count} nulls")
+            numbers = column.to_numpy()
+            changes = np.flatnonzero(numbers[1:] != numbers[:-1]) + 1
+            bounds.append(int(self.file_starts[f]) + np.concatenate([[0], changes]))
+        return np.concatenate([*bounds, [self.total]]).astype(np.int64)
+
+    def rows(self, start: int, stop: int, tensors: bool) -> dict[str, Any]:
+        """Rows ``[start, stop)`` (of one file) as one batch: list columns as 2-D arrays (int64
+        tensors with ``tensors``), which needs rows of one length (else ``ValueError`` naming
+        the file); strings (``doc_id``) as a list; other scalars as 1-D arrays or tensors."""
+        lists: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
+        scalars: dict[str, list[np.ndarray]] = {}
+        names: list[str] = []
+        row = start
+        while row < stop:
+            group, first = self.locate(row)
+            decoded = self.group(group)
+            last = min(stop, int(self.starts[group + 1])) - int(self.starts[group])
+            for name, column in decoded.items():
+                if name not in names:
+                    names.append(name)
+                if isinstance(column, tuple):
+                    values, offsets = column
+                    piece = values[offsets[first] : offsets[last]]
+                    lists.setdefault(name, []).append((piece, np.diff(offsets[first : last + 1])))
+                else:
+                    scalars.setdefault(name, []).append(column[first:last])
+            row += last - first
+        out: dict[str, Any] = {}
+        for name in names:
+            if name in lists:
+                values = np.concatenate([v for v, _ in lists[name]])
+                widths = np.unique(np.concatenate([w for _, w in lists[name]]))
+                if len(widths) > 1:
+                    f = self.groups[self.locate(start)[0]][0]
+                    first_row = start - int(self.file_starts[f])
+                    raise ValueError(
+                        f"{self.files[f]}: rows {first_row}-{first_row + stop - start - 1} share "
+                        f"one {BATCH!r} number but {name!r} has lengths {widths.tolist()}: not "
+                        "one pre-formed batch"
+                    )
+                width = int(widths[0]) if len(widths) else 0
+                matrix = values.reshape(stop - start, width)
+                out[name] = torch.from_numpy(matrix.astype(np.int64)) if tensors else matrix
+                continue
+            column = np.concatenate(scalars[name])
+            if name == DOC_ID or column.dtype == object:
+                out[name] = column.tolist()
+            else:
+                out[name] = torch.from_numpy(column.astype(np.int64)) if tensors else column
+        return out
 
 
 def _decode(column: pa.ChunkedArray) -> Any:
@@ -222,7 +376,18 @@ def _row(decoded: dict[str, Any], i: int, tensors: bool) -> dict[str, Any]:
 class TokenBatchDataset(_MapBase):  # type: ignore[misc,valid-type]
     """Map-style dataset over batch files: ``len`` is this rank's share, items are dicts of numpy
     arrays (or int64 tensors with ``return_tensors="pt"``). ``columns`` limits what is decoded
-    (e.g. ``["input_ids", "position_ids"]``): fewer columns, less decompression."""
+    (e.g. ``["input_ids", "position_ids"]``): fewer columns, less decompression.
+
+    ``batches=True`` (layouts ``bucketed`` and ``padded`` with ``pad_to: longest``, whose rows
+    are padded per batch): an item is one pre-formed batch, list columns as 2-D arrays (tensors),
+    ``doc_id`` as a list and other scalar columns as 1-D arrays; ``len`` counts this rank's
+    batches, and ranks (and, in :class:`IterableTokenBatches`, workers) get contiguous ranges of
+    whole batches, together every batch once. Load with ``DataLoader(ds, batch_size=None)``.
+    Files without a ``batch`` column (``packed``; ``padded`` to ``seq_len``) are refused with
+    :class:`NoPreformedBatchesError`: batch their rows with ``DataLoader(batch_size=...)``.
+
+    A split with no file in a folder of batch files (see :func:`batch_files`) is empty: length
+    0, ``metadata`` ``{}``; the expected metadata is then checked on the other split's files."""
 
     def __init__(
         self,
@@ -236,6 +401,7 @@ class TokenBatchDataset(_MapBase):  # type: ignore[misc,valid-type]
         world_size: int | None = None,
         return_tensors: str = "np",
         columns: Sequence[str] | None = None,
+        batches: bool = False,
     ) -> None:
         if return_tensors not in ("np", "pt"):
             raise ValueError(f"return_tensors must be 'np' or 'pt', got {return_tensors!r}")
@@ -248,6 +414,9 @@ class TokenBatchDataset(_MapBase):  # type: ignore[misc,valid-type]
             "split": split,
         }
         files = batch_files(source, split)
+        if not files:  # an empty split: still refuse a folder of the wrong tokenizer or layout
+            for path in batch_files(source):
+                _check_metadata(path, {**expected, "split": None})
         self._files = _Files(files, expected, columns)
         _check_one_source(source, files, self._files.metadata)
         default_rank, default_world = _default_rank()
@@ -255,7 +424,11 @@ class TokenBatchDataset(_MapBase):  # type: ignore[misc,valid-type]
         self.world_size = default_world if world_size is None else world_size
         if not 0 <= self.rank < self.world_size:
             raise ValueError(f"rank {self.rank} outside world size {self.world_size}")
-        self.start, self.stop = _shard_range(self._files.total, self.rank, self.world_size)
+        self.batches = batches
+        # Row mode: [start, stop) are rows; batch mode: indices into _batch_starts.
+        self._batch_starts = self._files.batch_starts() if batches else None
+        units = len(self._batch_starts) - 1 if self._batch_starts is not None else self._files.total
+        self.start, self.stop = _shard_range(units, self.rank, self.world_size)
         self.tensors = return_tensors == "pt"
 
     @property
@@ -270,12 +443,19 @@ class TokenBatchDataset(_MapBase):  # type: ignore[misc,valid-type]
         if index < 0:
             index += len(self)
         if not 0 <= index < len(self):
-            raise IndexError(f"index {index} out of range for {len(self)} sequences")
+            what = "batches" if self.batches else "sequences"
+            raise IndexError(f"index {index} out of range for {len(self)} {what}")
+        if self._batch_starts is not None:
+            first, last = self._batch_starts[self.start + index : self.start + index + 2]
+            return self._files.rows(int(first), int(last), self.tensors)
         group, row = self._files.locate(self.start + index)
         return _row(self._files.group(group), row, self.tensors)
 
     def get_batch(self, indices: Sequence[int]) -> dict[str, np.ndarray]:
-        """Several sequences stacked (fixed-length layouts; ragged ones as lists)."""
+        """Several sequences stacked (fixed-length layouts; ragged ones as lists). Row mode
+        only: with ``batches=True`` every item is already a batch."""
+        if self.batches:
+            raise TypeError("get_batch stacks rows: with batches=True, ds[i] is already a batch")
         rows = [self[i] for i in indices]
         out: dict[str, Any] = {}
         for key in rows[0] if rows else []:
@@ -289,7 +469,8 @@ class TokenBatchDataset(_MapBase):  # type: ignore[misc,valid-type]
 
 class IterableTokenBatches(_IterBase):  # type: ignore[misc,valid-type]
     """Iterable dataset: yields this (rank, DataLoader worker)'s contiguous share, row group by row
-    group, in file order."""
+    group, in file order. Takes the arguments of :class:`TokenBatchDataset`; with
+    ``batches=True`` it yields whole pre-formed batches, each worker a contiguous range of them."""
 
     def __init__(
         self, source: str | Path | Sequence[str | Path], split: str | None = "train", **kwargs: Any
@@ -302,6 +483,10 @@ class IterableTokenBatches(_IterBase):  # type: ignore[misc,valid-type]
     def __iter__(self) -> Iterator[dict[str, Any]]:
         worker, workers = _worker()
         start, stop = _shard_range(len(self._map), worker, workers)
+        if self._map.batches:
+            for index in range(start, stop):
+                yield self._map[index]
+            return
         files, tensors = self._map._files, self._map.tensors
         row = self._map.start + start
         end = self._map.start + stop

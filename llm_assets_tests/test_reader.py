@@ -1,5 +1,6 @@
 """The dataset reader over training_batches output: items equal the Parquet rows, shards over
-ranks and DataLoader workers partition the rows exactly, and mismatched metadata is refused."""
+ranks and DataLoader workers partition the rows (or pre-formed batches) exactly, files follow
+bucket order, empty splits are empty datasets, and mismatched metadata is refused."""
 
 from __future__ import annotations
 
@@ -10,11 +11,18 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from llm_assets.lib.batching import BatchSpec, batch_schema_metadata, pack_sequences
+from llm_assets.lib.batching import (
+    BATCH,
+    BatchSpec,
+    batch_schema_metadata,
+    pack_sequences,
+    pad_sequences,
+)
 from llm_assets.reader import (
     IterableTokenBatches,
     MetadataMismatchError,
     MixedSourcesError,
+    NoPreformedBatchesError,
     TokenBatchDataset,
     batch_files,
 )
@@ -104,7 +112,7 @@ def test_metadata_mismatch_is_refused_naming_file_and_key(batches, tmp_path_fact
     pq.write_table(pa.table({"input_ids": [[1, 2]]}), foreign / "part-train-00000.parquet")
     with pytest.raises(MetadataMismatchError, match="not an llm_assets batch file"):
         TokenBatchDataset(foreign, "train")
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(ValueError, match=rf"{foreign} has no split 'test'.*of train"):
         TokenBatchDataset(foreign, "test")
 
 
@@ -193,3 +201,194 @@ def test_a_list_of_files_of_two_states_is_refused_with_their_paths(batches, tmp_
     files = [*batch_files(batches, "train"), other / "part-train-00000.parquet"]
     with pytest.raises(MixedSourcesError, match=rf"'other' in {other}/part-train-00000\.parquet"):
         TokenBatchDataset(files, "train")
+
+
+def _spawn_loader(dataset):
+    from torch.utils.data import DataLoader
+
+    return DataLoader(dataset, batch_size=None, num_workers=2, multiprocessing_context="spawn")
+
+
+def test_a_used_dataset_goes_to_spawned_dataloader_workers(batches):
+    """``spawn`` (the default on macOS and Windows) pickles the dataset into each worker: after
+    ``ds[0]`` (or one pass) it holds open ParquetFile handles, which must not travel along."""
+    pytest.importorskip("torch")
+    rows = sorted(tuple(r) for r in _all_rows(batches))
+    ds = TokenBatchDataset(batches, "train", return_tensors="pt")
+    ds[0]
+    assert sorted(tuple(x["input_ids"].tolist()) for x in _spawn_loader(ds)) == rows
+    it = IterableTokenBatches(batches, "train", return_tensors="pt")
+    list(it)
+    assert sorted(tuple(x["input_ids"].tolist()) for x in _spawn_loader(it)) == rows
+
+
+def test_files_follow_numeric_bucket_order_past_five_digits(tmp_path):
+    """Past 99,999 shuffle buckets the names have more digits: name order would put
+    part-train-1050763 before part-train-105282; the reader keeps bucket order."""
+    buckets = [3, 99_999, 100_000, 105_282, 1_050_763]
+    for seed, bucket in enumerate(reversed(buckets)):
+        _write(tmp_path, "train", bucket, 4 + seed, seed=seed)
+    _write(tmp_path, "validation", 7, 3, seed=9)
+    files = batch_files(tmp_path, "train")
+    assert files == [tmp_path / f"part-train-{b:05d}.parquet" for b in buckets]
+    assert [p.name for p in batch_files(tmp_path)][-1] == "part-validation-00007.parquet"
+    rows = [r for f in files for r in pq.read_table(f)["input_ids"].to_pylist()]
+    ds = TokenBatchDataset(tmp_path, "train")
+    assert [ds[i]["input_ids"].tolist() for i in range(len(ds))] == rows
+
+
+def test_an_empty_split_is_an_empty_dataset(batches, tmp_path_factory):
+    """No validation file (``validation_fraction: 0``, or every document drawn into train) is
+    an empty split, like files of no rows: length 0, nothing iterated; the expected metadata is
+    still checked on the folder's files. Unknown splits and folders without batch files fail."""
+    for path in batch_files(batches, "validation"):
+        path.unlink()
+    for make in (TokenBatchDataset, IterableTokenBatches):
+        ds = make(batches, "validation", expected_layout="packed")
+        assert len(ds) == 0 and list(ds) == []
+    assert batch_files(batches, "validation") == []
+    with pytest.raises(MetadataMismatchError, match="layout"):
+        TokenBatchDataset(batches, "validation", expected_layout="padded")
+    with pytest.raises(ValueError, match=r"has no split 'valid': its batch files are of train"):
+        TokenBatchDataset(batches, "valid")
+    empty = tmp_path_factory.mktemp("empty")
+    with pytest.raises(FileNotFoundError, match="no batch files"):
+        TokenBatchDataset(empty, "train")
+    _write(empty, "train", 0, 0, seed=0)  # every document of the split dropped: a 0-row file
+    assert len(TokenBatchDataset(empty, "train")) == 0
+    assert len(TokenBatchDataset(empty, "validation")) == 0
+
+
+# --- pre-formed batches (bucketed; padded with pad_to: longest) -----------------------------------
+BATCH_SIZE = 4
+
+
+def _write_batched(folder, part: int, sizes: list[int], seed: int, split: str = "train"):
+    """A file as the bucketed layout writes it: batches of ``sizes`` rows (a short one in the
+    middle, as a length bucket's last batch), each padded to its longest row, with ``batch``."""
+    rng = np.random.default_rng(seed)
+    n = sum(sizes)
+    docs = [rng.integers(1, 50_000, rng.integers(1, SEQ + 9), dtype=np.uint16) for _ in range(n)]
+    numbers = np.repeat(np.arange(len(sizes)), sizes)
+    kept = np.minimum([len(d) for d in docs], SEQ)
+    targets = np.concatenate([np.full(k, kept[numbers == b].max()) for b, k in enumerate(sizes)])
+    table, _ = pad_sequences(
+        docs,
+        [f"{split}-{part}-{i}" for i in range(n)],
+        SEQ,
+        0,
+        pa.uint16(),
+        targets=targets,
+        extra_columns={BATCH: pa.array(numbers, pa.int32())},
+    )
+    meta = batch_schema_metadata(
+        spec=BatchSpec(layout="bucketed", seq_len=SEQ, batch_size=BATCH_SIZE),
+        tokenizer_name="gpt2",
+        tokenizer_fingerprint="fp",
+        vocab_size=50257,
+        split=split,
+        input_fingerprint="in",
+    )
+    pq.write_table(
+        table.replace_schema_metadata(meta),
+        folder / f"part-{split}-{part:05d}.parquet",
+        row_group_size=5,  # batches span row groups
+    )
+
+
+@pytest.fixture
+def batched(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("batched")
+    _write_batched(tmp_path, 0, [4, 4, 1, 4, 3], seed=0)
+    _write_batched(tmp_path, 1, [4], seed=1)
+    _write_batched(tmp_path, 2, [2, 4, 4, 4, 4, 1, 4], seed=2)
+    _write_batched(tmp_path, 0, [4, 2], seed=3, split="validation")
+    return tmp_path
+
+
+def _expected_batches(folder, split="train") -> list[tuple[list[str], list[list[int]]]]:
+    out = []
+    for path in batch_files(folder, split):
+        table = pq.read_table(path).to_pydict()
+        for number in dict.fromkeys(table[BATCH]):
+            rows = [i for i, b in enumerate(table[BATCH]) if b == number]
+            out.append(([table["doc_id"][i] for i in rows], [table["input_ids"][i] for i in rows]))
+    return out
+
+
+def _as_pair(item) -> tuple[list[str], list[list[int]]]:
+    return list(item["doc_id"]), item["input_ids"].tolist()
+
+
+def test_batches_mode_items_are_the_preformed_batches(batched):
+    expected = _expected_batches(batched)
+    ds = TokenBatchDataset(batched, "train", batches=True, expected_layout="bucketed")
+    assert len(ds) == len(expected) == 13
+    assert [_as_pair(ds[i]) for i in range(len(ds))] == expected
+    item = ds[-1]
+    assert item["input_ids"].ndim == 2 and item["input_ids"].dtype == np.uint16
+    assert item["attention_mask"].shape == item["labels"].shape == item["input_ids"].shape
+    assert isinstance(item["doc_id"], list) and item["n_tokens"].shape == (len(item["doc_id"]),)
+    with pytest.raises(IndexError, match="13 batches"):
+        ds[13]
+    with pytest.raises(TypeError, match="already a batch"):
+        ds.get_batch([0, 1])
+    assert len(TokenBatchDataset(batched, "train")) == sum(len(b[0]) for b in expected)
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3])
+@pytest.mark.parametrize("workers", [1, 2])
+def test_batches_shares_are_whole_batches_each_once(batched, monkeypatch, world_size, workers):
+    """Ranks and workers get contiguous ranges of whole batches; in order, they give back
+    every batch once, across file boundaries and short batches mid-file."""
+    import llm_assets.reader as reader
+
+    seen = []
+    for rank in range(world_size):
+        ds = IterableTokenBatches(batched, "train", batches=True, rank=rank, world_size=world_size)
+        for worker in range(workers):
+            monkeypatch.setattr(reader, "_worker", lambda w=worker: (w, workers))
+            seen += [_as_pair(item) for item in ds]
+        mapped = TokenBatchDataset(batched, "train", batches=True, rank=rank, world_size=3)
+        assert len(mapped) == [4, 4, 5][rank]
+    assert seen == _expected_batches(batched)
+
+
+def test_batches_through_a_torch_dataloader(batched):
+    torch = pytest.importorskip("torch")
+    from torch.utils.data import DataLoader
+
+    expected = sorted(_expected_batches(batched, "train"))
+    for dataset in (
+        TokenBatchDataset(batched, "train", batches=True, return_tensors="pt"),
+        IterableTokenBatches(batched, "train", batches=True, return_tensors="pt"),
+    ):
+        items = list(DataLoader(dataset, batch_size=None, num_workers=2))
+        assert all(isinstance(x["input_ids"], torch.Tensor) for x in items)
+        assert all(x["input_ids"].dtype == torch.int64 for x in items)
+        assert sorted(_as_pair(x) for x in items) == expected
+
+
+def test_batches_mode_refuses_files_without_preformed_batches(batches, batched):
+    with pytest.raises(
+        NoPreformedBatchesError,
+        match=r"part-train-00000\.parquet has no 'batch' column \(layout 'packed'.*'bucketed' "
+        r"and 'padded' with pad_to 'longest'.*DataLoader\(batch_size=\.\.\.\)",
+    ):
+        TokenBatchDataset(batches, "train", batches=True)
+    # A bucketed file of before the batch column: its layout pads per batch, so say to rewrite.
+    original = pq.read_table(batched / "part-train-00001.parquet")
+    pq.write_table(original.drop_columns([BATCH]), batched / "part-train-00001.parquet")
+    with pytest.raises(NoPreformedBatchesError, match=r"'bucketed'.*re-materialize"):
+        TokenBatchDataset(batched, "train", batches=True)
+    # Rows sharing a batch number but not a length are not one batch: refused naming the file.
+    ids = original["input_ids"].to_pylist()
+    ids[0] = ids[0] + [1]
+    field = original.schema.field("input_ids")
+    broken = original.set_column(
+        original.schema.get_field_index("input_ids"), field, pa.array(ids, field.type)
+    )
+    pq.write_table(broken, batched / "part-train-00001.parquet")
+    ds = TokenBatchDataset(batched, "train", batches=True)
+    with pytest.raises(ValueError, match=r"part-train-00001\.parquet: rows 0-3 share one 'batch'"):
+        ds[5]

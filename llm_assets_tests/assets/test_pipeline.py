@@ -918,3 +918,45 @@ def test_a_deleted_megatron_bin_is_written_again(sample_input, tmp_path):
     again = materialize(sample, root, training_batches={"megatron": True})
     assert again.success
     assert {s: Path(f"{p}.bin").read_bytes() for s, p in prefixes.items()} == data
+
+
+@pytest.mark.parametrize(
+    "batches_config",
+    [
+        {"layout": "bucketed", "seq_len": 128, "batch_size": 4},
+        {"layout": "padded", "pad_to": "longest", "seq_len": 128, "batch_size": 4},
+    ],
+    ids=["bucketed", "padded_longest"],
+)
+def test_preformed_batches_read_back_whole_on_every_rank(sample_input, tmp_path, batches_config):
+    """The pipeline's bucketed and pad_to-longest batches, read with ``batches=True`` by two
+    ranks through a real DataLoader: every document once, every item one batch of one length
+    (before, row shares and file ends cut batches, and DataLoader(batch_size=...) could not
+    stack rows of different lengths)."""
+    from torch.utils.data import DataLoader
+
+    from llm_assets.reader import IterableTokenBatches, TokenBatchDataset
+
+    result = materialize(sample_input, tmp_path / "wh", training_batches=batches_config)
+    assert result.success
+    meta = materializations(result)[TRAINING_BATCHES]
+    folder = Path(meta["folder"].value)
+    catalog = WarehouseResource(root=str(tmp_path / "wh")).catalog()
+    seen: list[str] = []
+    sizes = []
+    for rank in range(2):
+        for split in ("train", "validation"):
+            dataset = IterableTokenBatches(
+                folder, split, rank=rank, world_size=2, batches=True, return_tensors="pt"
+            )
+            for batch in DataLoader(dataset, batch_size=None, num_workers=2):
+                ids, mask = batch["input_ids"], batch["attention_mask"]
+                assert ids.ndim == 2 and ids.shape == mask.shape
+                assert len(batch["doc_id"]) == ids.shape[0] <= 4
+                sizes.append(ids.shape[0])
+                seen += batch["doc_id"]
+            mapped = TokenBatchDataset(folder, split, rank=rank, world_size=2, batches=True)
+            assert all(len(mapped[i]["doc_id"]) <= 4 for i in range(len(mapped)))
+    docs = sorted(d for (d,) in catalog.query("SELECT doc_id FROM filtered_documents"))
+    assert sorted(seen) == docs
+    assert max(sizes) == 4
