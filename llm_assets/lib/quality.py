@@ -39,7 +39,10 @@ the text's length (spaces and punctuation-only text included) where the paper an
 divide by the characters of the words; its top n-gram counts even an n-gram seen once; its
 duplicated n-grams are found greedily (skipping past each repeat), which can miss overlapping
 ones; its word counts and mean length skip punctuation-only words; its line ratios count blank
-lines.
+lines; its bullet lines start with ``•`` or ``-`` only, where the paper says "a bullet point" and
+this module also counts the other common bullet glyphs and Markdown's ``*`` (:data:`BULLETS`).
+Like datatrove and the paper, the hash and the ellipsis ratios are two checks that share one
+bound (``max_symbol_word_ratio``), not one check of their sum.
 
 A check is off when its bound is ``None``. A dropped document is a reject whose reason names the
 first failing check, in the order of the spec's fields, and whose value is the measure.
@@ -63,7 +66,8 @@ TOO_FEW_WORDS = "too_few_words"
 TOO_MANY_WORDS = "too_many_words"
 MEAN_WORD_LENGTH_TOO_SHORT = "mean_word_length_too_short"
 MEAN_WORD_LENGTH_TOO_LONG = "mean_word_length_too_long"
-SYMBOL_WORD_RATIO = "symbol_word_ratio"
+HASH_WORD_RATIO = "hash_word_ratio"
+ELLIPSIS_WORD_RATIO = "ellipsis_word_ratio"
 BULLET_LINES_RATIO = "bullet_lines_ratio"
 ELLIPSIS_LINES_RATIO = "ellipsis_lines_ratio"
 ALPHA_WORDS_RATIO = "alpha_words_ratio"
@@ -73,7 +77,8 @@ QUALITY_REASONS = (
     TOO_MANY_WORDS,
     MEAN_WORD_LENGTH_TOO_SHORT,
     MEAN_WORD_LENGTH_TOO_LONG,
-    SYMBOL_WORD_RATIO,
+    HASH_WORD_RATIO,
+    ELLIPSIS_WORD_RATIO,
     BULLET_LINES_RATIO,
     ELLIPSIS_LINES_RATIO,
     ALPHA_WORDS_RATIO,
@@ -96,11 +101,14 @@ MEAN_WORD_LENGTH = "mean_word_length"
 STOP_WORDS = "stop_words"
 
 BULLETS = ("•", "●", "○", "▪", "-", "*", "‣", "⁃")
-"""Characters that start a bullet line (after optional spaces or tabs)."""
+"""Characters that start a bullet line (after optional spaces or tabs). A superset of
+datatrove's ``•`` and ``-``: the paper's "bullet point" is any bullet, and ``*`` starts Markdown's
+list items as ``-`` does."""
+HASH = "#"
+"""Counted in the text for ``hash_word_ratio``."""
 ELLIPSES = ("...", "…")
-"""What ends an ellipsis line (before optional spaces or tabs), and counts as a symbol."""
-SYMBOLS = ("#", *ELLIPSES)
-"""Counted in the text for ``symbol_word_ratio``: the hash sign and ellipses."""
+"""What ends an ellipsis line (before optional spaces or tabs); counted in the text (without
+overlaps: ``"......"`` is two) for ``ellipsis_word_ratio``."""
 
 _BULLET_LINE = "^[ \\t]*[" + "".join("\\" + c if c in "-*" else c for c in BULLETS) + "]"
 _ELLIPSIS_LINE = "(?:" + "|".join(e.replace(".", "\\.") for e in ELLIPSES) + ")[ \\t]*$"
@@ -151,7 +159,9 @@ class QualitySpec:
     min_mean_word_length: float | None = 3.0
     max_mean_word_length: float | None = 10.0
     max_symbol_word_ratio: float | None = 0.1
-    """(``#`` count + ``...`` and ``…`` count) / words."""
+    """Bound of two checks, as in the paper ("for either the hash symbol or the ellipsis"):
+    ``#`` count / words (``hash_word_ratio``), and ``...`` and ``…`` count / words
+    (``ellipsis_word_ratio``)."""
     max_bullet_lines_ratio: float | None = 0.9
     """Lines starting with a bullet (:data:`BULLETS`) after optional spaces / lines."""
     max_ellipsis_lines_ratio: float | None = 0.3
@@ -479,10 +489,11 @@ def quality_measures(
     """Measure every Gopher quality heuristic of every text, vectorized over the batch.
 
     Returns arrays with one entry per text: ``words`` and ``stop_words`` (int64 counts; stop
-    words as in ``spec.stop_words``), ``mean_word_length``, ``symbol_word_ratio``,
-    ``bullet_lines_ratio``, ``ellipsis_lines_ratio`` and ``alpha_words_ratio`` (float64, 0 for a
-    text without words or lines). Exposed so that reports and tests can read the measures behind
-    a decision, not only the decision. ``words``: the texts' words, if already split.
+    words as in ``spec.stop_words``), ``mean_word_length``, ``hash_word_ratio``,
+    ``ellipsis_word_ratio``, ``bullet_lines_ratio``, ``ellipsis_lines_ratio`` and
+    ``alpha_words_ratio`` (float64, 0 for a text without words or lines). Exposed so that
+    reports and tests can read the measures behind a decision, not only the decision.
+    ``words``: the texts' words, if already split.
     """
     return _quality_measures(texts, spec or QualitySpec(), words, _QUALITY_MEASURES)
 
@@ -491,7 +502,8 @@ _QUALITY_MEASURES = frozenset(
     {
         WORDS,
         MEAN_WORD_LENGTH,
-        SYMBOL_WORD_RATIO,
+        HASH_WORD_RATIO,
+        ELLIPSIS_WORD_RATIO,
         BULLET_LINES_RATIO,
         ELLIPSIS_LINES_RATIO,
         ALPHA_WORDS_RATIO,
@@ -521,9 +533,11 @@ def _quality_measures(
     if MEAN_WORD_LENGTH in wanted:
         length = _np(pc.utf8_length(vocab)).astype(np.int64)
         out[MEAN_WORD_LENGTH] = _ratio(words.sums(length[ids]), n_words)
-    if SYMBOL_WORD_RATIO in wanted:
-        symbols = sum(_np(pc.count_substring(vocab, s)).astype(np.int64) for s in SYMBOLS)
-        out[SYMBOL_WORD_RATIO] = _ratio(words.sums(symbols[ids]), n_words)
+    # Words hold no whitespace, so counting in every word counts in the text.
+    for name, symbols in ((HASH_WORD_RATIO, (HASH,)), (ELLIPSIS_WORD_RATIO, ELLIPSES)):
+        if name in wanted:
+            count = sum(_np(pc.count_substring(vocab, s)).astype(np.int64) for s in symbols)
+            out[name] = _ratio(words.sums(count[ids]), n_words)
     if wanted & {BULLET_LINES_RATIO, ELLIPSIS_LINES_RATIO}:
         lines = _Pieces(pc.split_pattern(texts, "\n"), rows)
         n_lines = np.diff(lines.offsets)
@@ -568,7 +582,8 @@ def _quality_checks(spec: QualitySpec) -> list[_Check]:
         (TOO_MANY_WORDS, WORDS, spec.max_words, False, _count),
         (MEAN_WORD_LENGTH_TOO_SHORT, MEAN_WORD_LENGTH, spec.min_mean_word_length, True, _length),
         (MEAN_WORD_LENGTH_TOO_LONG, MEAN_WORD_LENGTH, spec.max_mean_word_length, False, _length),
-        (SYMBOL_WORD_RATIO, SYMBOL_WORD_RATIO, spec.max_symbol_word_ratio, False, _share),
+        (HASH_WORD_RATIO, HASH_WORD_RATIO, spec.max_symbol_word_ratio, False, _share),
+        (ELLIPSIS_WORD_RATIO, ELLIPSIS_WORD_RATIO, spec.max_symbol_word_ratio, False, _share),
         (BULLET_LINES_RATIO, BULLET_LINES_RATIO, spec.max_bullet_lines_ratio, False, _share),
         (ELLIPSIS_LINES_RATIO, ELLIPSIS_LINES_RATIO, spec.max_ellipsis_lines_ratio, False, _share),
         (ALPHA_WORDS_RATIO, ALPHA_WORDS_RATIO, spec.min_alpha_words_ratio, True, _share),
@@ -610,10 +625,10 @@ def _drop_first_failure(
 
 def quality_filter(table: pa.Table, spec: QualitySpec, words: Words | None = None) -> StageResult:
     """Kernel: drop documents that fail a Gopher quality bound (too short or long, odd word
-    lengths, symbol-, bullet- or ellipsis-heavy, mostly non-words, no stop words: boilerplate,
-    lists, tables and machine output rather than prose). Adds no columns. Only the measures of
-    the checks that are on are computed. ``words``: the words of ``table[TEXT]``, if already
-    split (:class:`Words`)."""
+    lengths, too many hashes or ellipses, mostly bullet or ellipsis lines, mostly non-words, no
+    stop words: boilerplate, lists, tables and machine output rather than prose). Adds no
+    columns. Only the measures of the checks that are on are computed. ``words``: the words of
+    ``table[TEXT]``, if already split (:class:`Words`)."""
     checks = _quality_checks(spec)
     wanted = frozenset(
         measure for _reason, measure, bound, _below, _fmt in checks if bound is not None
@@ -843,13 +858,14 @@ __all__ = [
     "DUP_PARA_RATIO",
     "ELLIPSES",
     "ELLIPSIS_LINES_RATIO",
+    "ELLIPSIS_WORD_RATIO",
+    "HASH",
+    "HASH_WORD_RATIO",
     "MEAN_WORD_LENGTH",
     "MEAN_WORD_LENGTH_TOO_LONG",
     "MEAN_WORD_LENGTH_TOO_SHORT",
     "QUALITY_REASONS",
     "STOP_WORDS",
-    "SYMBOLS",
-    "SYMBOL_WORD_RATIO",
     "TOO_FEW_STOP_WORDS",
     "TOO_FEW_WORDS",
     "TOO_MANY_WORDS",

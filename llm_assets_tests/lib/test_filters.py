@@ -199,7 +199,7 @@ def _crafted_texts() -> list[str]:
         " ".join(["the river and the hill"] * 90),  # too_many_words (max 400)
         " ".join(["a b of to c d"] * 12),  # mean_word_length_too_short
         " ".join(["the extraordinarilylongwordofthecommittee and"] * 30),  # ..._too_long
-        prose + " #tag #tag #tag #tag #tag #tag #tag #tag #tag #tag #tag #tag",  # symbol_word_ratio
+        prose + " #tag #tag #tag #tag #tag #tag #tag #tag #tag #tag #tag #tag",  # hash_word_ratio
         "\n".join(f"- {w} reports about the library budget" for w in words[:12]),  # bullets
         "\n".join(
             f"{w} and the story of the library went on and on and then..." for w in words[:12]
@@ -257,7 +257,7 @@ def test_shared_words_give_what_each_kernel_gives_alone():
         "too_many_words",
         "mean_word_length_too_short",
         "mean_word_length_too_long",
-        "symbol_word_ratio",
+        "hash_word_ratio",
         "bullet_lines_ratio",
         "ellipsis_lines_ratio",
         "alpha_words_ratio",

@@ -23,9 +23,10 @@ from llm_assets.lib.quality import (
     DUP_PARA_CHAR_RATIO,
     DUP_PARA_RATIO,
     ELLIPSIS_LINES_RATIO,
+    ELLIPSIS_WORD_RATIO,
+    HASH_WORD_RATIO,
     MEAN_WORD_LENGTH_TOO_LONG,
     MEAN_WORD_LENGTH_TOO_SHORT,
-    SYMBOL_WORD_RATIO,
     TOO_FEW_STOP_WORDS,
     TOO_FEW_WORDS,
     TOO_MANY_WORDS,
@@ -128,10 +129,18 @@ QUALITY_CASES = [
     (
         {},
         "max_symbol_word_ratio",
-        "#news " * 4 + "and then... " * 2 + "so… " * 2 + PROSE,  # 8 symbols, 77 words
-        SYMBOL_WORD_RATIO,
+        "#news " * 8 + "#a#b " + PROSE,  # 10 hashes, 76 words
+        HASH_WORD_RATIO,
+        "0.132",
+        "#news " * 7 + "and then... so… " * 3 + PROSE,  # 7 / 83 hashes, 6 / 83 ellipses
+    ),
+    (
+        {},
+        "max_symbol_word_ratio",
+        "and then... " * 4 + "so…… " * 2 + PROSE,  # 8 ellipses, 77 words
+        ELLIPSIS_WORD_RATIO,
         "0.104",
-        "#news " * 3 + "and then... " * 2 + "so… " * 2 + PROSE,  # 7 / 76
+        "and then... " * 3 + "so…… " * 2 + PROSE,  # 7 / 75
     ),
     (
         {},
@@ -182,6 +191,19 @@ def test_each_quality_check(overrides, field, failing, reason, value, passing):
     # Off, the failing document passes: it fails no other check.
     off = QualitySpec(**{**overrides, field: None})
     assert quality_filter(_table([failing]), off).kept.num_rows == 1
+
+
+def test_hashes_and_ellipses_are_bounded_separately():
+    """Gopher's bound holds "for either the hash symbol or the ellipsis" (datatrove: two checks):
+    6 % hashes and 6 % ellipses pass, though together they are 12 %."""
+    words = (PROSE + " " + PROSE).split()[:88]
+    text = " ".join(["#tag"] * 6 + ["then..."] * 3 + ["so…"] * 3 + words)  # 100 words
+    measures = quality_measures(pa.array([text]))
+    assert measures[HASH_WORD_RATIO].tolist() == [0.06]
+    assert measures[ELLIPSIS_WORD_RATIO].tolist() == [0.06]
+    assert quality_filter(_table([text]), QualitySpec()).kept.num_rows == 1
+    spec = QualitySpec(max_symbol_word_ratio=0.05)  # one bound for both: hashes fail first
+    assert _rejected(quality_filter(_table([text]), spec)) == [(HASH_WORD_RATIO, "0.06")]
 
 
 def test_quality_reason_is_the_first_failing_check_in_field_order():
@@ -438,9 +460,8 @@ def _ref_quality(text: str, stop_words: tuple[str, ...]) -> dict[str, float]:
     return {
         "words": n,
         "mean_word_length": sum(map(len, words)) / n if n else 0.0,
-        "symbol_word_ratio": (text.count("#") + text.count("...") + text.count("…")) / n
-        if n
-        else 0.0,
+        "hash_word_ratio": text.count("#") / n if n else 0.0,
+        "ellipsis_word_ratio": (text.count("...") + text.count("…")) / n if n else 0.0,
         "bullet_lines_ratio": sum(line.lstrip(" \t").startswith(BULLETS) for line in lines)
         / len(lines)
         if lines
