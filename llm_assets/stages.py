@@ -944,10 +944,48 @@ def run_training_batches(
         spec = replace(spec, bucket_boundaries=_derived_boundaries(ctx, spec))
         ctx.log.info(f"{asset}: length buckets from the data: {spec.bucket_boundaries}")
     created_at = _created_at(ctx)
-
-    scatter_started = time.perf_counter()
+    tokenizer_extra = {
+        # What a training script passes to the reader's expected_tokenizer_fingerprint.
+        "tokenizer": meta.get(f"{TOKENIZER_META}name", ""),
+        "tokenizer_fingerprint": meta.get(f"{TOKENIZER_META}fingerprint", ""),
+    }
     if stale := remove_stale_temporaries(scatter_root):
         ctx.log.info(f"{asset}: removed {stale} scatter folder(s) of interrupted runs")
+    if (done := _complete_batches(ctx, stage_fp, folder, megatron, all_fp)) is not None:
+        # The folder of this upstream state and config is complete: reuse it as it is, without
+        # the shuffle, whose intermediate files may be gone (``_scatter/`` is safe to delete).
+        records, recorded = done
+        ctx.log.info(f"{asset}: {folder} is complete for this input and config: reused as it is")
+        report = _execute(
+            ctx,
+            asset=asset,
+            stage_fp=stage_fp,
+            folder=folder,
+            config=config,
+            planned=[
+                _Planned(r.shard, r.path, r.rejects_path, r.input_fingerprint, r.input_shards, None)
+                for r in records
+            ],
+            fn=run_gather,
+            extra={
+                **{
+                    k: recorded[k]
+                    for k in _RECORDED_BATCH_EXTRAS
+                    if k in recorded and (megatron or k != "megatron")
+                },
+                "scatter_seconds": 0.0,
+                "shuffle_buckets": n_buckets,
+                "source_fingerprint": all_fp,
+                **tokenizer_extra,
+                SECONDS_BY_PART: {},
+            },
+            started=started,
+        )
+        report.extra["documents"] = report.rows_in
+        report.extra["sequences"] = report.rows_out
+        return report
+
+    scatter_started = time.perf_counter()
     scatter_tasks = []
     scatter_dirs = []
     for source in upstream:
@@ -1019,11 +1057,17 @@ def run_training_batches(
         "scatter_seconds": scatter_seconds,
         "shuffle_buckets": n_buckets,
         "source_fingerprint": all_fp,
-        # What a training script passes to the reader's expected_tokenizer_fingerprint.
-        "tokenizer": meta.get(f"{TOKENIZER_META}name", ""),
-        "tokenizer_fingerprint": meta.get(f"{TOKENIZER_META}fingerprint", ""),
+        **tokenizer_extra,
         SECONDS_BY_PART: scatter_parts,
+        # Kept in the catalog's record, so that reusing the folder later reports them too.
+        "length_histogram": length_histogram(
+            np.array(list(lengths), np.int64),
+            spec.seq_len,
+            weights=np.array(list(lengths.values())),
+        ),
     }
+    if spec.bucket_boundaries:
+        extra["bucket_boundaries"] = list(spec.bucket_boundaries)
     if megatron:
         # From the scatter files, like the gather: before it, so that the catalog's record of
         # the materialization holds the export's paths and its time. In the batches' own folder,
@@ -1044,13 +1088,53 @@ def run_training_batches(
     )
     report.extra["documents"] = report.rows_in
     report.extra["sequences"] = report.rows_out
-    report.extra["length_histogram"] = length_histogram(
-        np.array(list(lengths), np.int64), spec.seq_len, weights=np.array(list(lengths.values()))
-    )
-    if spec.bucket_boundaries:
-        report.extra["bucket_boundaries"] = list(spec.bucket_boundaries)
     ctx.log.info(f"{asset}: {scatter_seconds:.2f} s of the {report.seconds:.2f} s were scattering")
     return report
+
+
+_RECORDED_BATCH_EXTRAS = ("length_histogram", "bucket_boundaries", "megatron")
+"""What a reuse of a complete batches folder reports from the catalog's record of the run that
+wrote it (computed from the shuffle's files, which the reuse does not read)."""
+
+
+def _complete_batches(
+    ctx: StageContext, stage_fp: str, folder: Path, megatron: bool, input_fp: str
+) -> tuple[list[ShardRecord], dict[str, Any]] | None:
+    """The shards and recorded extras of the last materialization of this batches folder, when
+    every file it recorded is still there as written (checksum, input fingerprint, rejects) and,
+    with ``megatron``, the export is complete; else None (the stage runs its phases)."""
+    rows = ctx.catalog.query(
+        "SELECT shards, extra FROM materializations WHERE asset = ? AND fingerprint = ? "
+        "ORDER BY finished_at DESC LIMIT 1",
+        [TRAINING_BATCHES, stage_fp],
+    )
+    if not rows:
+        return None
+    shards, extra = rows[0]
+    records = ctx.catalog.stage_shards(TRAINING_BATCHES, stage_fp)
+    if len(records) != shards:
+        return None
+    for record in records:
+        if completed_input_fingerprint(record.path) != record.input_fingerprint:
+            return None
+        if record.rejects_path and not Path(record.rejects_path).exists():
+            return None
+        if not _unchanged(record, record.path):
+            return None
+    recorded = json.loads(extra) if extra else {}
+    if megatron and not all(
+        megatron_done(prefix, input_fp) for prefix in recorded.get("megatron", {}).values()
+    ):
+        return None
+    if megatron and not recorded.get("megatron"):
+        return None
+    return sorted(records, key=lambda r: _split_bucket(r.shard)), recorded
+
+
+def _split_bucket(key: str) -> tuple[int, int]:
+    """(split index, bucket) of a gather shard key (:func:`~llm_assets.tasks.scatter_key`)."""
+    split, _, bucket = key.rpartition("-")
+    return SPLITS.index(split), int(bucket)
 
 
 def _eos_id(meta: dict[str, str], spec: BatchSpec, megatron: bool, *, sft: bool) -> int | None:

@@ -678,6 +678,8 @@ def test_each_upstream_state_has_its_own_batches_folder_and_going_back_reuses_it
             for prefix in meta["megatron"].value.values()
         )
     default, lower, again = states
+    # Going back logged no shuffle: the complete folder was reused as it is.
+    assert again["meta"]["scatter_seconds"].value == 0
     assert lower["folder"] != default["folder"]
     assert len(lower["current"]) > len(default["current"])  # the case that left stale files
     assert lower["reader_rows"] != default["reader_rows"]
@@ -960,3 +962,31 @@ def test_preformed_batches_read_back_whole_on_every_rank(sample_input, tmp_path,
     docs = sorted(d for (d,) in catalog.query("SELECT doc_id FROM filtered_documents"))
     assert sorted(seen) == docs
     assert max(sizes) == 4
+
+
+def test_a_complete_batches_folder_is_reused_without_its_shuffle_files(sample_input, tmp_path):
+    """``_scatter/`` is safe to delete: a re-run of a complete folder reuses it as it is, with
+    its metadata (histogram, Megatron prefixes) from the catalog. Before, it scattered the whole
+    corpus again first. A batch file deleted too makes the run shuffle and write it again."""
+    root = tmp_path / "wh"
+    batches = {"megatron": True}
+    first = materialize(sample_input, root, training_batches=batches)
+    assert first.success
+    meta = materializations(first)[TRAINING_BATCHES]
+    folder = Path(meta["folder"].value)
+    files = {p: p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+    shutil.rmtree(root / TRAINING_BATCHES / "_scatter")
+    again = materialize(sample_input, root, training_batches=batches)
+    assert again.success
+    assert all(c.passed for c in again.get_asset_check_evaluations())
+    reused = materializations(again)[TRAINING_BATCHES]
+    assert reused["scatter_seconds"].value == 0 and reused["shards_computed"].value == 0
+    assert not (root / TRAINING_BATCHES / "_scatter").exists()
+    for key in ("length_histogram", "megatron", "documents", "sequences", "source_fingerprint"):
+        assert reused[key].value == meta[key].value, key
+    assert {p: p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()} == files
+    next(folder.glob("part-train-*.parquet")).unlink()
+    third = materialize(sample_input, root, training_batches=batches)
+    assert third.success
+    assert materializations(third)[TRAINING_BATCHES]["shards_computed"].value == 1
+    assert {p: p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()} == files
