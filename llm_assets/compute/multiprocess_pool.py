@@ -162,6 +162,14 @@ class MultiprocessBackend(ComputeBackend):
             while len(results) < len(tasks):
                 for worker in self._pool:
                     if worker.task_index is None and pending:
+                        if not worker.process.is_alive():
+                            # Died while idle (killed between runs, OOM): not the next shard's
+                            # fault, so it costs that shard no attempt.
+                            self.log.warning(
+                                "a multiprocess worker died while idle (exit code "
+                                f"{_exit_code(worker)}); starting another"
+                            )
+                            worker = self._replace(worker)
                         index = pending.popleft()
                         attempts[index] += 1
                         worker.task_index, worker.started_at = index, time.monotonic()

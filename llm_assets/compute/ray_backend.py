@@ -238,6 +238,54 @@ def _stop_node(node: Any) -> None:
     node.kill_all_processes(check_alive=False, allow_graceful=True)
 
 
+class RayClusterError(ConnectionError):
+    """The Ray cluster named by ``ray_address`` is not there, is not a Ray cluster, or cannot
+    run a task."""
+
+
+PROBE_TIMEOUT_S = 5.0
+"""How long the address check waits to connect and for the server's first HTTP/2 frame."""
+_HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+_HTTP2_SETTINGS = 0x4
+
+
+def probe_cluster_address(address: str, timeout_s: float = PROBE_TIMEOUT_S) -> None:
+    """Fail fast, naming the address, unless a gRPC server (a Ray GCS or Ray Client server)
+    answers at ``address`` (``host:port`` or ``ray://host:port``; ``auto`` and other forms are
+    left to Ray). Ray itself waits ~14 minutes for a port where nothing listens, and as long for
+    one where another server does (an HTTP server, a database): a typo in ``ray_address`` hung
+    the run. The check connects and sends the HTTP/2 client preface; a gRPC server answers with
+    a SETTINGS frame, anything else with something else or nothing."""
+    import socket
+
+    target = address.removeprefix("ray://")
+    host, sep, port_text = target.rpartition(":")
+    if not sep or not port_text.isdigit() or not host:
+        return  # "auto", "local", a bare host: Ray resolves those itself, quickly
+    host = host.strip("[]")
+    try:
+        with socket.create_connection((host, int(port_text)), timeout=timeout_s) as sock:
+            sock.settimeout(timeout_s)
+            sock.sendall(_HTTP2_PREFACE + bytes([0, 0, 0, _HTTP2_SETTINGS, 0, 0, 0, 0, 0]))
+            head = b""
+            while len(head) < 9:
+                chunk = sock.recv(9 - len(head))
+                if not chunk:
+                    break
+                head += chunk
+    except OSError as exc:
+        raise RayClusterError(
+            f"no Ray cluster answers at ray_address {address!r}: {exc.strerror or exc}; start one "
+            "(ray start --head) or correct the address (the head's GCS port, 6379 by default)"
+        ) from exc
+    if len(head) < 9 or head[3] != _HTTP2_SETTINGS:
+        raise RayClusterError(
+            f"ray_address {address!r} is not a Ray cluster: the server there does not speak "
+            f"gRPC (it answered {head[:40]!r}); give the head's GCS address (port 6379 by "
+            "default) or a Ray Client address (ray://host:10001)"
+        )
+
+
 class RayBackend(ComputeBackend):
     """Ray tasks with Ray's own retries (worker death and exceptions) and a per-task timeout."""
 
@@ -272,7 +320,7 @@ class RayBackend(ComputeBackend):
         if self._remote is not None:
             import ray
 
-            return max(1, int(ray.cluster_resources().get("CPU", self.num_cpus)))
+            return max(1, int(ray.cluster_resources().get("CPU", 0)))
         return self.num_cpus
 
     def _ensure_started(self) -> Any:
@@ -299,11 +347,21 @@ class RayBackend(ComputeBackend):
         started = time.monotonic()
         if self.address:
             self.log.info(f"connecting to the Ray cluster at {self.address}")
+            probe_cluster_address(self.address)
             ray.init(
                 address=self.address,
                 runtime_env={"env_vars": WORKER_ENV},
                 logging_level="WARNING",
             )
+            cpus = ray.cluster_resources().get("CPU", 0)
+            if cpus < 1:
+                resources = ray.cluster_resources()
+                ray.shutdown()
+                raise RayClusterError(
+                    f"the Ray cluster at {self.address} has {cpus:g} CPUs (resources: "
+                    f"{resources}): no shard task could ever be scheduled; give its nodes CPUs "
+                    "(ray start --num-cpus N) or leave ray_address empty for a local Ray"
+                )
         else:
             self.log.info(f"starting a local Ray with {self.num_cpus} CPU(s)")
             self._start_local()
@@ -384,10 +442,15 @@ class RayBackend(ComputeBackend):
         tasks: Sequence[T],
         on_result: OnResult | None,
         results: dict[int, R],
+        used: list[int],
+        errors: list[str],
     ) -> None:
         """Run tasks here, in order, until the background start ends; fill ``results``.
 
-        A task that raises is left for Ray (its own process, its retries), not retried here.
+        A task that raises is left for Ray (its own process, its retries), not retried here;
+        that attempt counts in ``used`` (its error in ``errors``). (A task that crashes this
+        process, as a segfault in native code would, takes the run with it: what the in-process
+        backend gives too.)
         """
         for index, task in enumerate(tasks):
             if self._ready.is_set():
@@ -395,6 +458,8 @@ class RayBackend(ComputeBackend):
             try:
                 results[index] = fn(task)
             except Exception as exc:
+                used[index] += 1
+                errors[index] = describe_error(exc)
                 self.log.warning(
                     f"shard {task_key(task)} failed in this process while Ray started "
                     f"({describe_error(exc)}); Ray will run it"
@@ -445,8 +510,12 @@ class RayBackend(ComputeBackend):
         results: dict[int, R] = {}
         if self._can_work_while_starting():
             self._begin_background_start(getattr(fn, "__module__", None) or __name__)
+        # Attempts each shard has used outside Ray's own retries: one in this process while Ray
+        # started, if it raised there; each attempt that timed out.
+        used = [0] * len(tasks)
+        errors = [""] * len(tasks)
         if self._remote is None and self._starter is not None:
-            self._run_in_driver_while_starting(fn, tasks, on_result, results)
+            self._run_in_driver_while_starting(fn, tasks, on_result, results, used, errors)
             if len(results) == len(tasks):
                 return [results[i] for i in range(len(tasks))]
         remote = self._ensure_started()
@@ -462,7 +531,11 @@ class RayBackend(ComputeBackend):
         while queue or in_flight:
             while queue and len(in_flight) < 2 * slots:
                 index = queue.popleft()
-                ref = remote.remote(fn, tasks[index])
+                retries = self.max_attempts - used[index] - 1  # Ray's retries: what is left
+                if retries < 0:
+                    self._cancel(in_flight)
+                    raise ShardTaskFailed(task_key(tasks[index]), used[index], errors[index])
+                ref = remote.options(max_retries=retries).remote(fn, tasks[index])
                 in_flight[ref] = index
                 waiting.append(ref)
             now = time.monotonic()
@@ -479,19 +552,29 @@ class RayBackend(ComputeBackend):
                     self._cancel(in_flight)
                     cause = getattr(exc, "cause", None) or exc
                     error = f"{type(cause).__name__}: {cause}"
+                    # Ray made every attempt left to it: max_attempts in all.
                     raise ShardTaskFailed(task_key(tasks[index]), self.max_attempts, error) from exc
                 if on_result is not None:
                     on_result(index, results[index])
             if self.task_timeout_s is not None:
                 now = time.monotonic()
-                for ref, started in running_since.items():
-                    if now - started > self.task_timeout_s:
+                late = [
+                    r for r, began in running_since.items() if now - began > self.task_timeout_s
+                ]
+                for ref in late:
+                    index = in_flight.pop(ref)
+                    del running_since[ref]
+                    ray.cancel(ref, force=True)  # kills the worker running it
+                    used[index] += 1
+                    key = task_key(tasks[index])
+                    errors[index] = f"timed out after {self.task_timeout_s:g} s"
+                    if used[index] >= self.max_attempts:
                         self._cancel(in_flight)
-                        raise ShardTaskFailed(
-                            task_key(tasks[in_flight[ref]]),
-                            1,
-                            f"timed out after {self.task_timeout_s:g} s",
-                        )
+                        raise ShardTaskFailed(key, used[index], errors[index])
+                    self.log.warning(
+                        f"shard {key}: attempt {used[index]} {errors[index]}; retrying"
+                    )
+                    queue.appendleft(index)
         return [results[i] for i in range(len(tasks))]
 
     @staticmethod

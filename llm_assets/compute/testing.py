@@ -25,7 +25,7 @@ class ProbeTask:
     value: int
     state_dir: str = ""
     fail_times: int = 0
-    mode: str = "ok"  # "ok" | "kill" (SIGKILL the worker) | "raise"
+    mode: str = "ok"  # "ok" | "kill" (SIGKILL the worker) | "raise" | "hang" (sleep an hour)
     sleep_s: float = 0.0
 
 
@@ -38,6 +38,8 @@ def run_probe(task: ProbeTask) -> dict[str, int]:
         if attempt <= task.fail_times:
             if task.mode == "kill":
                 os.kill(os.getpid(), signal.SIGKILL)
+            if task.mode == "hang":
+                time.sleep(3600)
             raise RuntimeError(f"planned failure {attempt} of {task.key}")
     if task.sleep_s:
         time.sleep(task.sleep_s)

@@ -101,6 +101,32 @@ def test_multiprocess_worker_that_keeps_dying_fails_the_run(tmp_path):
     assert backend.worker_pids() == []
 
 
+def test_a_worker_that_died_while_idle_costs_the_next_shard_no_attempt():
+    """A worker killed between two runs (the OOM killer, an operator): the next shard goes to a
+    fresh worker. Before, it was handed to the dead one, failed with "could not hand the task
+    to a worker: Broken pipe" and, with max_attempts 1, failed the run without ever running."""
+    import os
+    import signal
+    import time
+
+    import psutil
+
+    backend = make_backend("multiprocess", workers=2, max_attempts=1)
+    try:
+        backend.run(run_probe, [ProbeTask("a", 1), ProbeTask("b", 2)])
+        victim = backend.worker_pids()[0]
+        os.kill(victim, signal.SIGKILL)
+        deadline = time.monotonic() + 10  # dead, not reaped: the backend's child to reap
+        while psutil.Process(victim).status() != psutil.STATUS_ZOMBIE:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        results = backend.run(run_probe, [ProbeTask(f"c{i}", i) for i in range(4)])
+        assert [r["value"] for r in results] == [0, 1, 4, 9]
+        assert victim not in backend.worker_pids() and len(backend.worker_pids()) == 2
+    finally:
+        backend.close()
+
+
 @pytest.mark.slow
 def test_ray_worker_killed_mid_shard_is_retried(ray_backend, tmp_path):
     tasks = [

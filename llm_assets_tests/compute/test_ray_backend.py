@@ -208,3 +208,79 @@ def ray_is_initialized() -> bool:
     import ray
 
     return ray.is_initialized()
+
+
+def test_a_shard_that_times_out_is_retried_and_attempts_are_counted(tmp_path):
+    """Before, a Ray shard over ``task_timeout_s`` failed the run at once (the README and the
+    setting promise retries, as multiprocess gives), and a shard that raised in the driver while
+    Ray started got max_attempts more in Ray (4 runs reported as "3 attempts")."""
+    backend = RayBackend(num_cpus=2, task_timeout_s=3.0, max_attempts=2, work_while_starting=False)
+    try:
+        slow_once = ProbeTask("slow-once", 2, str(tmp_path), fail_times=1, mode="hang")
+        results = backend.run(run_probe, [slow_once, ProbeTask("fine", 3)])
+        assert [r["value"] for r in results] == [4, 9]
+        assert len(list(tmp_path.glob("slow-once.*"))) == 2
+        always = ProbeTask("always-slow", 1, str(tmp_path), fail_times=9, mode="hang")
+        with pytest.raises(ShardTaskFailed, match=r"always-slow.*timed out after 3 s") as info:
+            backend.run(run_probe, [always])
+        assert info.value.attempts == 2 and len(list(tmp_path.glob("always-slow.*"))) == 2
+    finally:
+        backend.close()
+    starting = RayBackend(num_cpus=1, max_attempts=2)  # the doomed shard runs here first
+    try:
+        doomed = ProbeTask("doomed", 1, str(tmp_path), fail_times=9, mode="raise")
+        with pytest.raises(ShardTaskFailed, match="doomed") as info:
+            starting.run(run_probe, [doomed])
+        assert info.value.attempts == 2 and len(list(tmp_path.glob("doomed.*"))) == 2
+    finally:
+        starting.close()
+    assert not ray_is_initialized()
+
+
+def test_a_ray_address_with_no_cluster_behind_it_fails_in_seconds():
+    """Before, ``ray.init`` waited ~14 minutes for a port where nothing listens, or where another
+    kind of server does, and the run hung."""
+    import http.server
+    import socket
+    import threading
+
+    from llm_assets.compute.ray_backend import RayClusterError
+
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    server = http.server.HTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        cases = {
+            f"127.0.0.1:{port}": "no Ray cluster answers",
+            f"ray://127.0.0.1:{port}": "no Ray cluster answers",
+            f"127.0.0.1:{server.server_address[1]}": "is not a Ray cluster",
+        }
+        for address, message in cases.items():
+            began = time.monotonic()
+            with pytest.raises(RayClusterError, match=message) as info:
+                RayBackend(address=address).run(os.getenv, ["HOME"])
+            assert time.monotonic() - began < 10
+            assert address in str(info.value)
+    finally:
+        server.shutdown()
+    assert not ray_is_initialized()
+
+
+def test_a_cluster_without_cpus_is_refused_naming_it():
+    """Before, the run waited for ever (or ``task_timeout_s``, then "timed out" for a task that
+    never started), Ray's autoscaler repeating that no node could fulfil {'CPU': 1}."""
+    from ray.cluster_utils import Cluster
+
+    from llm_assets.compute.ray_backend import RayClusterError
+
+    cluster = Cluster(
+        initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False}
+    )
+    try:
+        with pytest.raises(RayClusterError, match="has 0 CPUs"):
+            RayBackend(address=cluster.address).run(os.getenv, ["HOME"])
+        assert not ray_is_initialized()
+    finally:
+        cluster.shutdown()
