@@ -100,14 +100,12 @@ def _wait_for(condition: Callable[[], object], timeout_s: float, what: str = "")
 
 @pytest.fixture
 def instance(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dg.DagsterInstance]:
-    """The shipped dagster.yaml in ``tmp_path/dagster_home`` (where ``_env`` points the runs),
-    storage moved under it so that this process opens the same instance as the runs; run
-    monitoring polls every second (shipped: 15 s) to keep the daemon test short."""
+    """The shipped dagster.yaml in ``tmp_path/dagster_home`` (where ``_env`` points the runs; its
+    relative storage folders are under that home, whatever the working directory of this
+    process or of the runs); run monitoring polls every second (shipped: 15 s) to keep the
+    daemon test short."""
     home = Path(_env(tmp_path)["DAGSTER_HOME"])
     settings = yaml.safe_load((REPO / "dagster.yaml").read_text())
-    settings["storage"] = {"sqlite": {"base_dir": str(home / "storage")}}
-    settings["local_artifact_storage"]["config"]["base_dir"] = str(home)
-    settings["compute_logs"]["config"]["base_dir"] = str(home / "logs")
     settings["run_monitoring"].update(poll_interval_seconds=1, free_slots_after_run_end_seconds=1)
     assert settings["concurrency"]["pools"]["default_limit"] == 1
     (home / "dagster.yaml").write_text(yaml.safe_dump(settings))
@@ -306,3 +304,38 @@ def test_daemon_fails_a_dead_run_and_releases_a_queued_one(instance, sample_inpu
     )
     assert "no longer exists" in message
     assert not _slot_holders(instance)
+
+
+def test_one_dagster_home_is_one_instance_from_any_working_directory(tmp_path):
+    """The shipped dagster.yaml's storage folders are relative: Dagster read them against the
+    working directory, so the same DAGSTER_HOME used from two folders made two instances (two
+    concurrency pools, runs invisible to each other). Now both folders see one run store, under
+    DAGSTER_HOME/.dagster, and neither working directory gets a .dagster of its own."""
+    env = _env(tmp_path)
+    home = Path(env["DAGSTER_HOME"])
+    (home / "dagster.yaml").write_text((REPO / "dagster.yaml").read_text())
+    script = (
+        "import sys, dagster as dg\n"
+        "from dagster._core.storage.dagster_run import DagsterRun\n"
+        "with dg.DagsterInstance.get() as instance:\n"
+        "    if sys.argv[1] == 'add':\n"
+        "        instance.add_run(DagsterRun(job_name='probe', run_id='r-' + sys.argv[2]))\n"
+        "    print(sorted(r.run_id for r in instance.get_runs()), instance.root_directory)\n"
+    )
+    outputs = []
+    for i, action in enumerate(["add", "add", "list"]):
+        cwd = tmp_path / f"cwd{i}"
+        cwd.mkdir()
+        done = subprocess.run(
+            [sys.executable, "-c", script, action, str(i)],
+            cwd=cwd,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        outputs.append(done.stdout.strip())
+        assert not (cwd / ".dagster").exists()
+    assert outputs[-1] == f"['r-0', 'r-1'] {home / '.dagster'}"
+    assert (home / ".dagster" / "storage").is_dir()

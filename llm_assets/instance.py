@@ -1,0 +1,59 @@
+"""Dagster instance storage whose relative folders are relative to ``DAGSTER_HOME``.
+
+Dagster resolves a relative ``base_dir`` in ``dagster.yaml`` against the working directory of
+whichever process reads it, so the same ``DAGSTER_HOME`` used from two folders made two
+instances: runs listed in one and not the other, and, worse for this project, two separate
+concurrency pools (two runs could write the catalog at once), dead-run detection that never saw
+the other folder's runs, and sensor cursors kept twice. These drop-in classes (named in the
+shipped ``dagster.yaml``) read a relative ``base_dir`` against ``DAGSTER_HOME`` instead, so the
+repository's ``.dagster/`` is the one instance wherever a command runs from. Absolute paths are
+used as they are; without ``DAGSTER_HOME`` (an ephemeral instance) nothing changes.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from dagster._core.storage.local_compute_log_manager import LocalComputeLogManager
+from dagster._core.storage.root import LocalArtifactStorage
+from dagster._core.storage.sqlite_storage import DagsterSqliteStorage
+
+
+def home_path(base_dir: str) -> str:
+    """``base_dir`` made absolute: as it is if absolute, else under ``$DAGSTER_HOME`` (when set)
+    or the working directory (Dagster's own rule, the only one without a home)."""
+    path = Path(os.path.expanduser(base_dir))
+    home = os.environ.get("DAGSTER_HOME")
+    if path.is_absolute() or not home:
+        return str(path.absolute())
+    return str(Path(home).expanduser().absolute() / path)
+
+
+class HomeSqliteStorage(DagsterSqliteStorage):
+    """Dagster's SQLite run, event and schedule storage (``storage: sqlite``), home-relative."""
+
+    @classmethod
+    def from_config_value(cls, inst_data: Any, config_value: Any) -> HomeSqliteStorage:
+        return cls.from_local(inst_data=inst_data, base_dir=home_path(config_value["base_dir"]))
+
+
+class HomeComputeLogManager(LocalComputeLogManager):
+    """Dagster's local compute log manager (step stdout and stderr), home-relative."""
+
+    @classmethod
+    def from_config_value(cls, inst_data: Any, config_value: Any) -> HomeComputeLogManager:
+        config = dict(config_value)
+        config["base_dir"] = home_path(config["base_dir"])
+        return cls(inst_data=inst_data, **config)
+
+
+class HomeArtifactStorage(LocalArtifactStorage):
+    """Dagster's local artifact storage (the instance's root directory), home-relative."""
+
+    @classmethod
+    def from_config_value(cls, inst_data: Any, config_value: Any) -> HomeArtifactStorage:
+        config = dict(config_value)
+        config["base_dir"] = home_path(config["base_dir"])
+        return cls(inst_data=inst_data, **config)
