@@ -7,6 +7,7 @@ memory and half a second of start-up.
 
 from __future__ import annotations
 
+import os
 from typing import Any, Literal
 
 from llm_assets.compute.base import ComputeBackend, Logger
@@ -15,6 +16,31 @@ BackendName = Literal["in_process", "multiprocess", "ray", "auto"]
 BACKENDS: tuple[str, ...] = ("in_process", "multiprocess", "ray")
 AUTO = "auto"
 """Per stage, the backend that won the latest benchmark at the nearest size (see bench.auto)."""
+
+
+WORKERS_PER_CORE_LIMIT = 8
+"""``workers`` above this many per core is refused: far past any gain (the work is CPU-bound), and
+a typo such as 100000 would spawn that many processes."""
+
+
+def check_backend_settings(
+    workers: int, max_attempts: int, task_timeout_s: float | None, cores: int | None = None
+) -> None:
+    """Refuse settings no backend can run with, naming the setting: called when a run's compute
+    resource is set up, so a bad value fails at the first step even when every shard is already
+    complete and no backend would be built."""
+    cores = cores or os.cpu_count() or 1
+    if workers < 0:
+        raise ValueError(f"workers must be >= 0 (0: every core), got {workers}")
+    if workers > WORKERS_PER_CORE_LIMIT * cores:
+        raise ValueError(
+            f"workers {workers} is more than {WORKERS_PER_CORE_LIMIT} per core of this machine's "
+            f"{cores} (at most {WORKERS_PER_CORE_LIMIT * cores}; 0 means one per core)"
+        )
+    if max_attempts < 1:
+        raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
+    if task_timeout_s is not None and task_timeout_s <= 0:
+        raise ValueError(f"task_timeout_s must be > 0 or None, got {task_timeout_s}")
 
 
 def make_backend(
@@ -29,9 +55,9 @@ def make_backend(
     benchmark_catalog: str | None = None,
 ) -> ComputeBackend:
     """Build a backend by name (also used outside Dagster: benchmarks and tests). ``workers``: 0
-    means every core; a negative count is refused rather than read as 0."""
-    if workers < 0:
-        raise ValueError(f"workers must be >= 0 (0: every core), got {workers}")
+    means every core; a negative count is refused rather than read as 0, and so is one beyond
+    :data:`WORKERS_PER_CORE_LIMIT` per core."""
+    check_backend_settings(workers, max_attempts, task_timeout_s)
     common: dict[str, Any] = {
         "max_attempts": max_attempts,
         "task_timeout_s": task_timeout_s,

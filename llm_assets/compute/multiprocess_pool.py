@@ -126,10 +126,16 @@ class MultiprocessBackend(ComputeBackend):
         child.close()
         return _Worker(process=process, conn=parent)
 
-    def _ensure_started(self) -> None:
-        if not self._pool:
-            self.log.info(f"starting {self.workers} multiprocess worker(s)")
-            self._pool = [self._start_worker() for _ in range(self.workers)]
+    def _ensure_started(self, tasks: int) -> None:
+        """Workers for ``tasks`` tasks, at most ``workers``: a stage of one shard starts one
+        process, not one per core; the pool grows when a later stage has more shards."""
+        wanted = min(self.workers, tasks)
+        if len(self._pool) < wanted:
+            self.log.info(
+                f"starting {wanted - len(self._pool)} multiprocess worker(s) "
+                f"({wanted} of at most {self.workers})"
+            )
+            self._pool += [self._start_worker() for _ in range(wanted - len(self._pool))]
 
     def _replace(self, worker: _Worker) -> _Worker:
         _stop(worker, kill=True)
@@ -145,7 +151,7 @@ class MultiprocessBackend(ComputeBackend):
     ) -> list[R]:
         if not tasks:
             return []
-        self._ensure_started()
+        self._ensure_started(len(tasks))
         pending: deque[int] = deque(range(len(tasks)))
         attempts = [0] * len(tasks)
         results: dict[int, R] = {}

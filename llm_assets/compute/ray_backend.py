@@ -602,7 +602,10 @@ class RayBackend(ComputeBackend):
         if self._started_here:
             import ray
 
-            self.log.info("shutting down Ray")
+            if self.address:  # a cluster this run did not start: it stays up
+                self.log.info(f"disconnecting from the Ray cluster at {self.address}")
+            else:
+                self.log.info("shutting down the local Ray")
             ray.shutdown()
             if self._node is not None:
                 _stop_node(self._node)

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 import dagster as dg
 from pydantic import PrivateAttr
 
-from llm_assets.compute.backends import BackendName, make_backend
+from llm_assets.compute.backends import BackendName, check_backend_settings, make_backend
 from llm_assets.compute.base import ComputeBackend, Logger, OnResult, R, T
 
 
@@ -44,6 +44,12 @@ class ComputeResource(dg.ConfigurableResource):
         # and only the steps that compute should pay for workers or Ray.
         self._backend = None
         self._logger = context.log
+        check_backend_settings(self.workers, self.max_attempts, self.task_timeout_s)
+        if self.backend in ("ray", "auto") and self.ray_address and self.workers:
+            context.log.info(
+                f"compute: workers {self.workers} is not used on the Ray cluster at "
+                f"{self.ray_address}, which runs one task per CPU it has"
+            )
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
         self.close()

@@ -138,6 +138,61 @@ def test_ray_worker_killed_mid_shard_is_retried(ray_backend, tmp_path):
     assert len(list(tmp_path.glob("ray-victim.*"))) == 2
 
 
+def test_the_pool_starts_workers_for_the_shards_there_are():
+    """A stage of one shard starts one process, not one per configured worker (workers: 24 on 2
+    cores spawned 24 for 6 shards); a later stage with more shards grows the pool."""
+    backend = make_backend("multiprocess", workers=3)
+    try:
+        backend.run(run_probe, [ProbeTask("one", 1)])
+        assert len(backend.worker_pids()) == 1
+        backend.run(run_probe, [ProbeTask(f"t{i}", i) for i in range(5)])
+        assert len(backend.worker_pids()) == 3
+    finally:
+        backend.close()
+
+
+@pytest.mark.parametrize("name", ["multiprocess", "ray", "auto"])
+def test_a_worker_count_far_past_the_cores_is_refused(name):
+    """A typo such as workers: 100000 tried to spawn that many processes."""
+    import os
+
+    limit = 8 * (os.cpu_count() or 1)
+    make_backend(name, workers=limit).close()
+    with pytest.raises(ValueError, match=f"workers {limit + 1} is more than 8 per core"):
+        make_backend(name, workers=limit + 1)
+
+
+def test_bad_compute_settings_fail_a_run_whose_shards_are_all_complete(sample_input, tmp_path):
+    """Checked when the run's compute resource is set up: before, a bad max_attempts or timeout
+    surfaced only when a shard was handed to the backend, so a run that reused every shard
+    passed with it."""
+    from llm_assets_tests.assets.test_pipeline import materialize
+
+    root = tmp_path / "wh"
+    assert materialize(sample_input, root).success
+    import dagster as dg
+
+    from llm_assets.assets.pipeline import PIPELINE_ASSET_DEFS
+    from llm_assets.compute.resource import ComputeResource
+    from llm_assets.warehouse.resource import WarehouseResource
+    from llm_assets_tests.conftest import pipeline_run_config
+
+    for bad, message in (
+        ({"max_attempts": 0}, "max_attempts must be >= 1"),
+        ({"task_timeout_s": 0.0}, "task_timeout_s must be > 0"),
+    ):
+        with pytest.raises(dg.DagsterResourceFunctionError) as info:
+            dg.materialize(
+                PIPELINE_ASSET_DEFS,
+                resources={
+                    "compute": ComputeResource(**bad),
+                    "warehouse": WarehouseResource(root=str(root)),
+                },
+                run_config=pipeline_run_config(sample_input),
+            )
+        assert message in str(info.value.__cause__)
+
+
 def test_unknown_backend_is_a_clear_error():
     with pytest.raises(ValueError, match="unknown compute backend 'spark'"):
         make_backend("spark")
