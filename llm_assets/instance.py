@@ -31,6 +31,11 @@ def home_path(base_dir: str) -> str:
     return str(Path(home).expanduser().absolute() / path)
 
 
+def _home_config(config_value: Any) -> dict[str, Any]:
+    """A class's config with its ``base_dir`` made home-relative (:func:`home_path`)."""
+    return {**config_value, "base_dir": home_path(config_value["base_dir"])}
+
+
 class HomeSqliteStorage(DagsterSqliteStorage):
     """Dagster's SQLite run, event and schedule storage (``storage: sqlite``), home-relative."""
 
@@ -44,9 +49,7 @@ class HomeComputeLogManager(LocalComputeLogManager):
 
     @classmethod
     def from_config_value(cls, inst_data: Any, config_value: Any) -> HomeComputeLogManager:
-        config = dict(config_value)
-        config["base_dir"] = home_path(config["base_dir"])
-        return cls(inst_data=inst_data, **config)
+        return cls(inst_data=inst_data, **_home_config(config_value))
 
 
 class HomeArtifactStorage(LocalArtifactStorage):
@@ -54,6 +57,4 @@ class HomeArtifactStorage(LocalArtifactStorage):
 
     @classmethod
     def from_config_value(cls, inst_data: Any, config_value: Any) -> HomeArtifactStorage:
-        config = dict(config_value)
-        config["base_dir"] = home_path(config["base_dir"])
-        return cls(inst_data=inst_data, **config)
+        return cls(inst_data=inst_data, **_home_config(config_value))

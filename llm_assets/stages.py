@@ -956,125 +956,115 @@ def run_training_batches(
         # the shuffle, whose intermediate files may be gone (``_scatter/`` is safe to delete).
         records, recorded = done
         ctx.log.info(f"{asset}: {folder} is complete for this input and config: reused as it is")
-        report = _execute(
-            ctx,
-            asset=asset,
-            stage_fp=stage_fp,
-            folder=folder,
-            config=config,
-            planned=[
-                _Planned(r.shard, r.path, r.rejects_path, r.input_fingerprint, r.input_shards, None)
-                for r in records
-            ],
-            fn=run_gather,
-            extra={
-                **{
-                    k: recorded[k]
-                    for k in _RECORDED_BATCH_EXTRAS
-                    if k in recorded and (megatron or k != "megatron")
-                },
-                "scatter_seconds": 0.0,
-                "shuffle_buckets": n_buckets,
-                "source_fingerprint": all_fp,
-                **tokenizer_extra,
-                SECONDS_BY_PART: {},
+        planned = [
+            _Planned(r.shard, r.path, r.rejects_path, r.input_fingerprint, r.input_shards, None)
+            for r in records
+        ]
+        extra: dict[str, Any] = {
+            **{
+                k: recorded[k]
+                for k in _RECORDED_BATCH_EXTRAS
+                if k in recorded and (megatron or k != "megatron")
             },
-            started=started,
+            "scatter_seconds": 0.0,
+            "shuffle_buckets": n_buckets,
+            "source_fingerprint": all_fp,
+            **tokenizer_extra,
+            SECONDS_BY_PART: {},
+        }
+    else:
+        scatter_started = time.perf_counter()
+        scatter_tasks = []
+        scatter_dirs = []
+        for source in upstream:
+            input_fp = fingerprint(source.checksum, *scatter_fp_base)
+            out_dir = str(scatter_root / f"{source.shard}-{input_fp}")
+            scatter_dirs.append(out_dir)
+            if not scatter_done(out_dir, input_fp):
+                scatter_tasks.append(
+                    ScatterTask(source.shard, source.path, out_dir, input_fp, spec, n_buckets)
+                )
+        ctx.log.info(
+            f"{asset}: shuffling into {n_buckets} bucket(s); scattering {len(scatter_tasks)} of "
+            f"{len(upstream)} shard(s)"
         )
-        report.extra["documents"] = report.rows_in
-        report.extra["sequences"] = report.rows_out
-        return report
+        ensure_writable(scatter_root)
+        scatter_parts: dict[str, float] = {}
 
-    scatter_started = time.perf_counter()
-    scatter_tasks = []
-    scatter_dirs = []
-    for source in upstream:
-        input_fp = fingerprint(source.checksum, *scatter_fp_base)
-        out_dir = str(scatter_root / f"{source.shard}-{input_fp}")
-        scatter_dirs.append(out_dir)
-        if not scatter_done(out_dir, input_fp):
-            scatter_tasks.append(
-                ScatterTask(source.shard, source.path, out_dir, input_fp, spec, n_buckets)
-            )
-    ctx.log.info(
-        f"{asset}: shuffling into {n_buckets} bucket(s); scattering {len(scatter_tasks)} of "
-        f"{len(upstream)} shard(s)"
-    )
-    ensure_writable(scatter_root)
-    scatter_parts: dict[str, float] = {}
+        def scattered(_: int, stats: dict[str, Any]) -> None:
+            nonlocal scatter_parts
+            scatter_parts = add_parts(scatter_parts, stats.get("parts", {}))
 
-    def scattered(_: int, stats: dict[str, Any]) -> None:
-        nonlocal scatter_parts
-        scatter_parts = add_parts(scatter_parts, stats.get("parts", {}))
+        run_on_backend(ctx, asset, scatter_root, run_scatter, scatter_tasks, scattered)
+        scatter_seconds = time.perf_counter() - scatter_started
 
-    run_on_backend(ctx, asset, scatter_root, run_scatter, scatter_tasks, scattered)
-    scatter_seconds = time.perf_counter() - scatter_started
-
-    counts: Counter[str] = Counter()
-    lengths: Counter[int] = Counter()
-    for directory in scatter_dirs:
-        manifest = read_scatter_manifest(directory)
-        counts.update(manifest["counts"])
-        lengths.update({int(n): d for n, d in manifest["lengths"].items()})
-    pieces = scatter_pieces(scatter_dirs)
-    planned = []
-    for split in SPLITS:
-        for bucket in range(n_buckets):
-            key = scatter_key(split, bucket)
-            if not counts.get(key):
-                continue
-            out = str(folder / shard_file_name(key))
-            file_meta = {
-                k.decode(): v.decode()
-                for k, v in batch_schema_metadata(
-                    spec=spec,
-                    tokenizer_name=meta.get(f"{TOKENIZER_META}name", ""),
-                    tokenizer_fingerprint=meta.get(f"{TOKENIZER_META}fingerprint", ""),
-                    vocab_size=int(meta.get(f"{TOKENIZER_META}vocab_size", "0") or 0),
+        counts: Counter[str] = Counter()
+        lengths: Counter[int] = Counter()
+        for directory in scatter_dirs:
+            manifest = read_scatter_manifest(directory)
+            counts.update(manifest["counts"])
+            lengths.update({int(n): d for n, d in manifest["lengths"].items()})
+        pieces = scatter_pieces(scatter_dirs)
+        planned = []
+        for split in SPLITS:
+            for bucket in range(n_buckets):
+                key = scatter_key(split, bucket)
+                if not counts.get(key):
+                    continue
+                out = str(folder / shard_file_name(key))
+                file_meta = {
+                    k.decode(): v.decode()
+                    for k, v in batch_schema_metadata(
+                        spec=spec,
+                        tokenizer_name=meta.get(f"{TOKENIZER_META}name", ""),
+                        tokenizer_fingerprint=meta.get(f"{TOKENIZER_META}fingerprint", ""),
+                        vocab_size=int(meta.get(f"{TOKENIZER_META}vocab_size", "0") or 0),
+                        split=split,
+                        input_fingerprint=all_fp,
+                        created_at=created_at,
+                    ).items()
+                }
+                rej = str(folder / "rejects" / shard_file_name(key))
+                task = GatherTask(
+                    key=key,
                     split=split,
+                    bucket=bucket,
+                    pieces=tuple(pieces[key]),
+                    output_path=out,
                     input_fingerprint=all_fp,
-                    created_at=created_at,
-                ).items()
-            }
-            rej = str(folder / "rejects" / shard_file_name(key))
-            task = GatherTask(
-                key=key,
-                split=split,
-                bucket=bucket,
-                pieces=tuple(pieces[key]),
-                output_path=out,
-                input_fingerprint=all_fp,
-                spec=spec,
-                eos_id=eos_id,
-                pad_id=int(meta[f"{TOKENIZER_META}pad_id"]),
-                token_type=str(token_type),
-                metadata=tuple(sorted({**meta, **file_meta}.items())),
-                compression_level=compression_level,
-                rejects_path=rej,
+                    spec=spec,
+                    eos_id=eos_id,
+                    pad_id=int(meta[f"{TOKENIZER_META}pad_id"]),
+                    token_type=str(token_type),
+                    metadata=tuple(sorted({**meta, **file_meta}.items())),
+                    compression_level=compression_level,
+                    rejects_path=rej,
+                )
+                planned.append(
+                    _Planned(key, out, rej, all_fp, tuple(s.path for s in upstream), task)
+                )
+        extra = {
+            "scatter_seconds": scatter_seconds,
+            "shuffle_buckets": n_buckets,
+            "source_fingerprint": all_fp,
+            **tokenizer_extra,
+            SECONDS_BY_PART: scatter_parts,
+            # Kept in the catalog's record, so that reusing the folder later reports them too.
+            "length_histogram": length_histogram(
+                np.array(list(lengths), np.int64),
+                spec.seq_len,
+                weights=np.array(list(lengths.values())),
+            ),
+        }
+        if spec.bucket_boundaries:
+            extra["bucket_boundaries"] = list(spec.bucket_boundaries)
+        if megatron:
+            # From the scatter files, like the gather: before it, so that the catalog's record of
+            # the materialization holds the export's paths and its time. In the batches' own folder,
+            # so it belongs to one upstream state as they do.
+            extra["megatron"] = _write_megatron(
+                ctx, folder, tuple(scatter_dirs), n_buckets, meta, all_fp
             )
-            planned.append(_Planned(key, out, rej, all_fp, tuple(s.path for s in upstream), task))
-    extra: dict[str, Any] = {
-        "scatter_seconds": scatter_seconds,
-        "shuffle_buckets": n_buckets,
-        "source_fingerprint": all_fp,
-        **tokenizer_extra,
-        SECONDS_BY_PART: scatter_parts,
-        # Kept in the catalog's record, so that reusing the folder later reports them too.
-        "length_histogram": length_histogram(
-            np.array(list(lengths), np.int64),
-            spec.seq_len,
-            weights=np.array(list(lengths.values())),
-        ),
-    }
-    if spec.bucket_boundaries:
-        extra["bucket_boundaries"] = list(spec.bucket_boundaries)
-    if megatron:
-        # From the scatter files, like the gather: before it, so that the catalog's record of
-        # the materialization holds the export's paths and its time. In the batches' own folder,
-        # so it belongs to one upstream state as they do.
-        extra["megatron"] = _write_megatron(
-            ctx, folder, tuple(scatter_dirs), n_buckets, meta, all_fp
-        )
     report = _execute(
         ctx,
         asset=asset,
@@ -1088,7 +1078,9 @@ def run_training_batches(
     )
     report.extra["documents"] = report.rows_in
     report.extra["sequences"] = report.rows_out
-    ctx.log.info(f"{asset}: {scatter_seconds:.2f} s of the {report.seconds:.2f} s were scattering")
+    ctx.log.info(
+        f"{asset}: {extra['scatter_seconds']:.2f} s of the {report.seconds:.2f} s were scattering"
+    )
     return report
 
 
