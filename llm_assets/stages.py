@@ -1062,8 +1062,11 @@ def run_training_batches(
             # From the scatter files, like the gather: before it, so that the catalog's record of
             # the materialization holds the export's paths and its time. In the batches' own folder,
             # so it belongs to one upstream state as they do.
+            filled = [
+                s for s in SPLITS if any(k.startswith(f"{s}-") and n for k, n in counts.items())
+            ]
             extra["megatron"] = _write_megatron(
-                ctx, folder, tuple(scatter_dirs), n_buckets, meta, all_fp
+                ctx, folder, tuple(scatter_dirs), n_buckets, meta, all_fp, filled
             )
     report = _execute(
         ctx,
@@ -1161,15 +1164,20 @@ def _write_megatron(
     n_buckets: int,
     meta: dict[str, str],
     input_fp: str,
+    splits: Sequence[str],
 ) -> dict[str, str]:
-    """One Megatron-LM dataset per split under ``<folder>/megatron/``, reused when complete.
+    """One Megatron-LM dataset per split of ``splits`` (those with documents) under
+    ``<folder>/megatron/``, reused when complete. A split without documents gets none: Megatron
+    cannot memory-map an empty ``.bin`` (with ``validation_fraction: 0``, no validation set).
 
     ``folder`` is the batches' folder, named by the upstream state like them: the export of
     another state goes to that state's folder, so no ``.bin`` of one state ever sits beside the
     ``.idx`` or sidecar of another."""
     tasks = []
     prefixes = {}
-    for split in SPLITS:
+    if empty := [s for s in SPLITS if s not in splits]:
+        ctx.log.info(f"{TRAINING_BATCHES}: no Megatron dataset for {empty}: no document")
+    for split in splits:
         prefix = str(folder / "megatron" / f"{split}_text_document")
         prefixes[split] = prefix
         if not megatron_done(prefix, input_fp):

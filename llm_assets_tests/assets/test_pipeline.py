@@ -990,3 +990,22 @@ def test_a_complete_batches_folder_is_reused_without_its_shuffle_files(sample_in
     assert third.success
     assert materializations(third)[TRAINING_BATCHES]["shards_computed"].value == 1
     assert {p: p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()} == files
+
+
+def test_no_megatron_dataset_for_a_split_without_documents(sample_input, tmp_path):
+    """validation_fraction 0: no validation batch file, an empty reader split, and no Megatron
+    validation dataset (before: an empty .bin, which Megatron cannot memory-map)."""
+    from llm_assets.reader import TokenBatchDataset
+
+    result = materialize(
+        sample_input,
+        tmp_path / "wh",
+        training_batches={"megatron": True, "validation_fraction": 0.0},
+    )
+    assert result.success
+    meta = materializations(result)[TRAINING_BATCHES]
+    assert set(meta["megatron"].value) == {"train"}
+    folder = Path(meta["folder"].value)
+    assert not list((folder / "megatron").glob("validation*"))
+    assert len(TokenBatchDataset(folder, "validation")) == 0
+    assert len(TokenBatchDataset(folder, "train")) == meta["sequences"].value
