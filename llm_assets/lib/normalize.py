@@ -79,6 +79,15 @@ ones become a newline or a space.)"""
 _CONTROL_PY = "[\x00-\x08\x0e-\x1b\x7f-\x84\x86-\x9f]"
 _HTML_TAGS = r"[ \t]*(?:<[^<>]{0,1000}>[ \t]*)+"
 """A run of HTML tags with the spaces and tabs around it (shared by RE2 and ``re``)."""
+_HTML_BLOCK = (
+    r"(?i)[ \t]*(?:<[^<>]{0,1000}>[ \t]*)*"
+    r"</?(?:address|article|aside|blockquote|br|caption|dd|div|dl|dt|figcaption|figure|footer"
+    r"|form|h[1-6]|header|hr|li|main|nav|ol|p|pre|section|table|tbody|td|tfoot|th|thead|tr|ul)"
+    r"(?:[ \t\n/][^<>]{0,1000})?>[ \t]*(?:<[^<>]{0,1000}>[ \t]*)*"
+)
+"""A run of tags holding a block or table-cell tag (``<p>``, ``<br>``, ``<td>``...): a line break,
+so that the cells of a table row never read as one number (``<td>5109</td><td>3719</td>...``
+made a card number PII redaction then took)."""
 
 
 # --- ascii_lower: one pass over the UTF-8 bytes ------------------------------------------------
@@ -288,15 +297,17 @@ class NormalizeSpec:
 
 def strip_html_text(text: str) -> str:
     """The reference definition of ``strip_html``: each run of tags, with the spaces and tabs
-    around it, becomes one space (markup between words is a word break, and the spaces it leaves
-    must not split a number PII redaction looks for); then entities are decoded."""
-    return html.unescape(re.sub(_HTML_TAGS, " ", text))
+    around it, becomes a line break if it holds a block or table-cell tag, else one space
+    (inline markup between words is a word break, and the spaces it leaves must not split a
+    number PII redaction looks for); then entities are decoded."""
+    return html.unescape(re.sub(_HTML_TAGS, " ", re.sub(_HTML_BLOCK, "\n", text)))
 
 
 def strip_html_array(texts: pa.Array | pa.ChunkedArray) -> pa.Array:
     """:func:`strip_html_text` of every row (nulls stay null): the tags with RE2, the entities in
     Python, only in the rows that hold an ``&`` (``html.unescape`` has no Arrow equivalent)."""
-    stripped = pc.replace_substring_regex(string_array(texts), _HTML_TAGS, " ")
+    blocks = pc.replace_substring_regex(string_array(texts), _HTML_BLOCK, "\n")
+    stripped = pc.replace_substring_regex(blocks, _HTML_TAGS, " ")
     entity = pc.fill_null(pc.match_substring(stripped, "&"), False)
     rows = np.flatnonzero(entity.to_numpy(zero_copy_only=False))
     if rows.size == 0:
