@@ -273,7 +273,8 @@ def _execute(
     if changed:
         ctx.log.warning(
             f"{asset}: {len(changed)} finished shard file(s) changed or damaged since they were "
-            f"recorded (checksum differs from the catalog's), computed again: {changed[:5]}"
+            f"recorded (checksum differs from the catalog's, or the rejects file is gone), "
+            f"computed again: {changed[:5]}"
         )
     if recovered:
         ctx.catalog.record_shards(recovered)
@@ -400,9 +401,12 @@ def _json(value: Any) -> str:
 
 
 def _unchanged(record: ShardRecord, path: str) -> bool:
-    """Whether a finished shard's file still has the checksum its catalog row recorded, so that
-    a file damaged or edited since is computed again rather than reused (and its damage handed
-    to the next stage). XXH3 over a file the run just read is ~0.1 s per GB."""
+    """Whether a finished shard's file still has the checksum its catalog row recorded (and its
+    rejects file, if it has one, is still there), so that a file damaged, edited or deleted since
+    is computed again rather than reused (and its damage handed to the next stage). XXH3 over a
+    file the run just read is ~0.1 s per GB."""
+    if record.rejects_path and not Path(record.rejects_path).exists():
+        return False  # its rejects are lost: computed again, so no reject goes missing
     legacy = not record.checksum.startswith(f"{CHECKSUM_ALGORITHM}:")  # a bare SHA-256
     try:
         return (file_sha256(path) if legacy else file_checksum(path)) == record.checksum
@@ -1096,7 +1100,7 @@ def _complete_batches(
     ctx: StageContext, stage_fp: str, folder: Path, megatron: bool, input_fp: str
 ) -> tuple[list[ShardRecord], dict[str, Any]] | None:
     """The shards and recorded extras of the last materialization of this batches folder, when
-    every file it recorded is still there as written (checksum, input fingerprint, rejects) and,
+    every file it recorded is still there as written (input fingerprint, :func:`_unchanged`) and,
     with ``megatron``, the export is complete; else None (the stage runs its phases)."""
     rows = ctx.catalog.query(
         "SELECT shards, extra FROM materializations WHERE asset = ? AND fingerprint = ? "
@@ -1111,8 +1115,6 @@ def _complete_batches(
         return None
     for record in records:
         if completed_input_fingerprint(record.path) != record.input_fingerprint:
-            return None
-        if record.rejects_path and not Path(record.rejects_path).exists():
             return None
         if not _unchanged(record, record.path):
             return None

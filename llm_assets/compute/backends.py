@@ -23,16 +23,30 @@ WORKERS_PER_CORE_LIMIT = 8
 a typo such as 100000 would spawn that many processes."""
 
 
+def cluster_address(backend: str, ray_address: str | None) -> str | None:
+    """The existing Ray cluster the backend runs on (``ray_address``, else ``RAY_ADDRESS``), or
+    None: another backend, or a local Ray."""
+    if backend != "ray":
+        return None
+    return ray_address or os.environ.get("RAY_ADDRESS") or None
+
+
 def check_backend_settings(
-    workers: int, max_attempts: int, task_timeout_s: float | None, cores: int | None = None
+    workers: int,
+    max_attempts: int,
+    task_timeout_s: float | None,
+    *,
+    on_cluster: bool = False,
+    cores: int | None = None,
 ) -> None:
     """Refuse settings no backend can run with, naming the setting: called when a run's compute
     resource is set up, so a bad value fails at the first step even when every shard is already
-    complete and no backend would be built."""
+    complete and no backend would be built. ``on_cluster``: Ray on an existing cluster, which
+    does not use ``workers``, so this machine's cores do not bound it."""
     cores = cores or os.cpu_count() or 1
     if workers < 0:
         raise ValueError(f"workers must be >= 0 (0: every core), got {workers}")
-    if workers > WORKERS_PER_CORE_LIMIT * cores:
+    if not on_cluster and workers > WORKERS_PER_CORE_LIMIT * cores:
         raise ValueError(
             f"workers {workers} is more than {WORKERS_PER_CORE_LIMIT} per core of this machine's "
             f"{cores} (at most {WORKERS_PER_CORE_LIMIT * cores}; 0 means one per core)"
@@ -57,7 +71,8 @@ def make_backend(
     """Build a backend by name (also used outside Dagster: benchmarks and tests). ``workers``: 0
     means every core; a negative count is refused rather than read as 0, and so is one beyond
     :data:`WORKERS_PER_CORE_LIMIT` per core."""
-    check_backend_settings(workers, max_attempts, task_timeout_s)
+    on_cluster = cluster_address(backend, ray_address) is not None
+    check_backend_settings(workers, max_attempts, task_timeout_s, on_cluster=on_cluster)
     common: dict[str, Any] = {
         "max_attempts": max_attempts,
         "task_timeout_s": task_timeout_s,

@@ -255,7 +255,8 @@ def probe_cluster_address(address: str, timeout_s: float = PROBE_TIMEOUT_S) -> N
     left to Ray). Ray itself waits ~14 minutes for a port where nothing listens, and as long for
     one where another server does (an HTTP server, a database): a typo in ``ray_address`` hung
     the run. The check connects and sends the HTTP/2 client preface; a gRPC server answers with
-    a SETTINGS frame, anything else with something else or nothing."""
+    a SETTINGS frame, anything else with something else or nothing. With Ray's TLS on
+    (``RAY_USE_TLS``) the server speaks TLS first, so only the connection is checked."""
     import socket
 
     target = address.removeprefix("ray://")
@@ -263,8 +264,11 @@ def probe_cluster_address(address: str, timeout_s: float = PROBE_TIMEOUT_S) -> N
     if not sep or not port_text.isdigit() or not host:
         return  # "auto", "local", a bare host: Ray resolves those itself, quickly
     host = host.strip("[]")
+    tls = os.environ.get("RAY_USE_TLS", "0").strip().lower() in ("1", "true", "yes")
     try:
         with socket.create_connection((host, int(port_text)), timeout=timeout_s) as sock:
+            if tls:
+                return
             sock.settimeout(timeout_s)
             sock.sendall(_HTTP2_PREFACE + bytes([0, 0, 0, _HTTP2_SETTINGS, 0, 0, 0, 0, 0]))
             head = b""

@@ -12,7 +12,12 @@ from collections.abc import Callable, Sequence
 import dagster as dg
 from pydantic import PrivateAttr
 
-from llm_assets.compute.backends import BackendName, check_backend_settings, make_backend
+from llm_assets.compute.backends import (
+    BackendName,
+    check_backend_settings,
+    cluster_address,
+    make_backend,
+)
 from llm_assets.compute.base import ComputeBackend, Logger, OnResult, R, T
 
 
@@ -44,11 +49,14 @@ class ComputeResource(dg.ConfigurableResource):
         # and only the steps that compute should pay for workers or Ray.
         self._backend = None
         self._logger = context.log
-        check_backend_settings(self.workers, self.max_attempts, self.task_timeout_s)
-        if self.backend in ("ray", "auto") and self.ray_address and self.workers:
+        cluster = cluster_address(self.backend, self.ray_address)
+        check_backend_settings(
+            self.workers, self.max_attempts, self.task_timeout_s, on_cluster=cluster is not None
+        )
+        if cluster and self.workers:
             context.log.info(
-                f"compute: workers {self.workers} is not used on the Ray cluster at "
-                f"{self.ray_address}, which runs one task per CPU it has"
+                f"compute: workers {self.workers} is not used on the Ray cluster at {cluster}, "
+                "which runs one task per CPU it has"
             )
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
@@ -25,6 +26,8 @@ import pyarrow as pa
 
 from llm_assets.constants import PIPELINE_ASSETS
 from llm_assets.lib.schema import REJECT_SCHEMA
+
+_log = logging.getLogger(__name__)
 
 _SCHEMA_SQL = """
 CREATE TABLE IF NOT EXISTS materializations (
@@ -342,8 +345,27 @@ class Catalog:
                 "SELECT view_name FROM duckdb_views() WHERE NOT internal"
             ).fetchall()
         }
+        # An asset whose current rejects file is gone (deleted by hand) would make the view, and
+        # so every stage's record, fail: it is left out, with a warning, until that asset is
+        # materialized again (its stage then recomputes the shard: see stages._unchanged).
+        gone = sorted(
+            {
+                a
+                for a, path in con.execute(
+                    "SELECT asset, rejects_path FROM current_shards WHERE rejects_path IS NOT NULL"
+                ).fetchall()
+                if not Path(path).exists()
+            }
+        )
+        if gone:
+            _log.warning(
+                f"rejects of {gone} left out of the rejects view: their current rejects file(s) "
+                "are missing; materialize those assets again to rewrite them"
+            )
         parts = [
-            f"SELECT * FROM {a}_rejects" for a in PIPELINE_ASSETS if f"{a}_rejects" in existing
+            f"SELECT * FROM {a}_rejects"
+            for a in PIPELINE_ASSETS
+            if f"{a}_rejects" in existing and a not in gone
         ]
         con.execute(f"CREATE OR REPLACE VIEW rejects AS {' UNION ALL '.join(parts)}")
 

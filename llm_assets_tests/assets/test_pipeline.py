@@ -1009,3 +1009,28 @@ def test_no_megatron_dataset_for_a_split_without_documents(sample_input, tmp_pat
     assert not list((folder / "megatron").glob("validation*"))
     assert len(TokenBatchDataset(folder, "validation")) == 0
     assert len(TokenBatchDataset(folder, "train")) == meta["sequences"].value
+
+
+def test_a_deleted_rejects_file_is_written_again_and_breaks_no_run(sample_input, tmp_path):
+    """A rejects file deleted by hand: before, every later run failed at its first step (each
+    stage rebuilds the all-stages ``rejects`` view, which read the missing file), and the stage
+    reused the shard without rewriting its rejects. Now the other stages' records leave that
+    asset out of the view with a warning, and its stage computes the shard again."""
+    root = tmp_path / "wh"
+    assert materialize(sample_input, root).success
+    catalog = WarehouseResource(root=str(root)).catalog()
+    before = catalog.query("SELECT stage, reason, count(*) FROM rejects GROUP BY ALL ORDER BY ALL")
+    (path,) = catalog.query(
+        "SELECT rejects_path FROM current_shards WHERE asset = ? AND rejects_path IS NOT NULL "
+        "LIMIT 1",
+        [FILTERED_DOCUMENTS],
+    )[0]
+    content = Path(path).read_bytes()
+    Path(path).unlink()
+    again = materialize(sample_input, root)
+    assert again.success
+    assert all(c.passed for c in again.get_asset_check_evaluations())
+    assert materializations(again)[FILTERED_DOCUMENTS]["shards_computed"].value >= 1
+    assert Path(path).read_bytes() == content
+    after = catalog.query("SELECT stage, reason, count(*) FROM rejects GROUP BY ALL ORDER BY ALL")
+    assert after == before

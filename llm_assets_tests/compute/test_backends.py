@@ -162,6 +162,15 @@ def test_a_worker_count_far_past_the_cores_is_refused(name):
         make_backend(name, workers=limit + 1)
 
 
+def test_workers_are_not_bounded_by_this_machine_on_a_ray_cluster():
+    """A config tuned for a big cluster, started from a small driver machine: the cluster does
+    not use ``workers``, so this machine's cores do not refuse it."""
+    import os
+
+    backend = make_backend("ray", workers=64 * (os.cpu_count() or 1), ray_address="10.0.0.5:6379")
+    backend.close()  # never connected: nothing to stop
+
+
 def test_bad_compute_settings_fail_a_run_whose_shards_are_all_complete(sample_input, tmp_path):
     """Checked when the run's compute resource is set up: before, a bad max_attempts or timeout
     surfaced only when a shard was handed to the backend, so a run that reused every shard

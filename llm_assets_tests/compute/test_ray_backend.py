@@ -268,6 +268,30 @@ def test_a_ray_address_with_no_cluster_behind_it_fails_in_seconds():
     assert not ray_is_initialized()
 
 
+def test_with_ray_tls_only_the_connection_is_checked(monkeypatch):
+    """A TLS cluster answers the cleartext HTTP/2 preface with nothing: with RAY_USE_TLS the
+    check stops at the connection (a refused one still fails at once), as Ray's TLS client then
+    handshakes itself. Before, such a cluster was refused as "not a Ray cluster"."""
+    import socket
+
+    from llm_assets.compute.ray_backend import RayClusterError, probe_cluster_address
+
+    monkeypatch.setenv("RAY_USE_TLS", "1")
+    with socket.socket() as silent:  # listens, never speaks: what the probe sees of TLS
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        probe_cluster_address(f"127.0.0.1:{silent.getsockname()[1]}", timeout_s=1.0)
+        port = silent.getsockname()[1]
+    with pytest.raises(RayClusterError, match="no Ray cluster answers"):
+        probe_cluster_address(f"127.0.0.1:{port}", timeout_s=1.0)
+    monkeypatch.delenv("RAY_USE_TLS")
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        with pytest.raises(RayClusterError, match="no Ray cluster answers.*timed out"):
+            probe_cluster_address(f"127.0.0.1:{silent.getsockname()[1]}", timeout_s=1.0)
+
+
 def test_a_cluster_without_cpus_is_refused_naming_it():
     """Before, the run waited for ever (or ``task_timeout_s``, then "timed out" for a task that
     never started), Ray's autoscaler repeating that no node could fulfil {'CPU': 1}."""
