@@ -8,9 +8,10 @@ Two halves, so that a million documents fit in bounded memory on any backend:
   of the text with fixed seeds, so every backend computes the same values.
 * Global (the driver, :func:`resolve_duplicates`): DuckDB groups the hashes of every shard, and of
   earlier runs, on disk. Exact duplicates: the first document in stable order keeps its text.
-  Near duplicates: documents sharing a band bucket are candidate pairs, checked against the
-  Jaccard threshold on their full signatures, joined into clusters (union-find); the first member
-  of each cluster in stable order is its representative and is kept.
+  Near duplicates: each document sharing a band bucket is paired with the bucket's first
+  document in stable order, the pair checked against the Jaccard threshold on their full
+  signatures; in stable order, a document similar to earlier ones joins the cluster of one of
+  them (:func:`attach_in_order`), and the first member of each cluster is kept.
 
 Stable order is (the run that first saw the document, source file, source line): a file added
 later is deduplicated against what the warehouse already holds, never the other way round.
@@ -248,13 +249,14 @@ def attach_in_order(
     order (``later`` > ``earlier``), as ``{member: (root, partner, score)}`` for every document
     that joins a cluster (roots, the kept documents, are not keys).
 
-    Documents are taken in stable order, and each one similar to earlier documents joins the
-    cluster of one of them: the cluster whose root is first in stable order; within it the
-    partner with the highest score, then the first. Clusters never merge, so a document's fate
-    depends only on documents before it. That is what keeps earlier output unchanged when files
-    are added (new documents come last): connected components (union-find) would let a new
-    document that resembles two documents kept before, each below the threshold with the other,
-    join their clusters and drop one of them."""
+    Documents are taken in stable order, and each one found similar to earlier documents (the
+    pairs given: the global step pairs a document with the first of each band bucket it is in,
+    not with every member) joins the cluster of one of them: the cluster whose root is first in
+    stable order; within it the partner with the highest score, then the first. Clusters never
+    merge, so a document's fate depends only on documents before it. That is what keeps earlier
+    output unchanged when files are added (new documents come last): connected components
+    (union-find) would let a new document that resembles two documents kept before, each below
+    the threshold with the other, join their clusters and drop one of them."""
     joined: dict[int, tuple[int, int, float]] = {}
     order = np.lexsort((earlier, -scores, later))  # by member, best score first, then partner
     for member, rows in itertools.groupby(order.tolist(), key=lambda i: int(later[i])):

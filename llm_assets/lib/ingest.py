@@ -417,6 +417,7 @@ def _read_jsonl_stream(
         batch.metadata.append,
     )
     loads, dumps, decode_error = orjson.loads, orjson.dumps, orjson.JSONDecodeError
+    encode_error = orjson.JSONEncodeError
     text_field, batch_rows, missing = spec.text_field, spec.batch_rows, _MISSING
     pending = 0
     lineno = 0
@@ -433,9 +434,19 @@ def _read_jsonl_stream(
                 if type(record) is dict:
                     text = record.pop(text_field, missing)
                     if type(text) is str:
-                        keep_line(lineno)
-                        keep_text(text)
-                        keep_metadata(dumps(record) if record else None)
+                        try:
+                            metadata = dumps(record) if record else None
+                        except encode_error as error:  # e.g. nested deeper than orjson writes
+                            batch.reject(
+                                lineno,
+                                MALFORMED_RECORD,
+                                f"its other fields cannot be stored as metadata: {error}",
+                                _sample(raw),
+                            )
+                        else:
+                            keep_line(lineno)
+                            keep_text(text)
+                            keep_metadata(metadata)
                     else:
                         batch.reject(lineno, *_text_problem(text), _sample(raw))
                 else:

@@ -288,7 +288,7 @@ def test_with_ray_tls_only_the_connection_is_checked(monkeypatch):
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))
         silent.listen()
-        with pytest.raises(RayClusterError, match="no Ray cluster answers.*timed out"):
+        with pytest.raises(RayClusterError, match=r"no Ray cluster answers.*timed out"):
             probe_cluster_address(f"127.0.0.1:{silent.getsockname()[1]}", timeout_s=1.0)
 
 

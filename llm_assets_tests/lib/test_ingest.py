@@ -131,6 +131,17 @@ def test_each_bad_jsonl_line_is_a_reject_with_reason_and_line(tmp_path):
     assert all(v for v in rejects["value"].to_pylist())
 
 
+def test_a_record_nested_deeper_than_orjson_writes_is_a_reject_not_a_crash(tmp_path):
+    """orjson reads 300 nested lists but cannot write them back as metadata: before, the
+    encoder's error crashed the whole shard (and every retry of it)."""
+    path = tmp_path / "deep.jsonl"
+    path.write_text('{"text": "deep", "m": ' + "[" * 300 + "]" * 300 + '}\n{"text": "next"}\n')
+    kept, rejects = read(path)
+    assert kept["text"].to_pylist() == ["next"]
+    assert reasons(rejects) == [(1, "malformed_record")]
+    assert "cannot be stored as metadata" in rejects["value"][0].as_py()
+
+
 def test_empty_and_broken_files_are_whole_file_rejects(tmp_path):
     (tmp_path / "empty.jsonl").write_bytes(b"")
     assert reasons(read(tmp_path / "empty.jsonl")[1]) == [(0, EMPTY_FILE)]
