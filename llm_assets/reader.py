@@ -415,8 +415,11 @@ class TokenBatchDataset(_MapBase):  # type: ignore[misc,valid-type]
         }
         files = batch_files(source, split)
         if not files:  # an empty split: still refuse a folder of the wrong tokenizer or layout
-            for path in batch_files(source):
+            others = batch_files(source)
+            for path in others:
                 _check_metadata(path, {**expected, "split": None})
+            if batches and others:  # and batches=True where the folder has no pre-formed batches
+                _Files(others, {**expected, "split": None}, columns).batch_starts()
         self._files = _Files(files, expected, columns)
         _check_one_source(source, files, self._files.metadata)
         default_rank, default_world = _default_rank()

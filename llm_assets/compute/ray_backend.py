@@ -264,7 +264,7 @@ def probe_cluster_address(address: str, timeout_s: float = PROBE_TIMEOUT_S) -> N
     if not sep or not port_text.isdigit() or not host:
         return  # "auto", "local", a bare host: Ray resolves those itself, quickly
     host = host.strip("[]")
-    tls = os.environ.get("RAY_USE_TLS", "0").strip().lower() in ("1", "true", "yes")
+    tls = os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true")  # Ray's own rule
     try:
         with socket.create_connection((host, int(port_text)), timeout=timeout_s) as sock:
             if tls:

@@ -19,8 +19,8 @@ Presets:
     Text passes through untouched.
 
 HTML (``strip_html``, ``default`` and ``none`` only): a run of tags, with the spaces and tabs
-around it, becomes one space, then entities are decoded (``&#64;`` is ``@``, ``&nbsp;`` a no-break
-space).
+around it, becomes a line break if it holds a block or table-cell tag, else one space; then
+entities are decoded (``&#64;`` is ``@``, ``&nbsp;`` a no-break space).
 
 Order in :func:`normalize_table`: HTML first, then PII (``spec.pii``, :mod:`llm_assets.lib.pii`,
 redacted or rejected), then the rest of the preset. PII goes before the preset, which would strip
@@ -77,7 +77,11 @@ _CONTROL = r"[\x{00}-\x{08}\x{0e}-\x{1b}\x{7f}-\x{84}\x{86}-\x{9f}]"
 """Control characters (Unicode category Cc) that are not whitespace: removed. (The whitespace
 ones become a newline or a space.)"""
 _CONTROL_PY = "[\x00-\x08\x0e-\x1b\x7f-\x84\x86-\x9f]"
-_HTML_TAGS = r"[ \t]*(?:<[^<>]{0,1000}>[ \t]*)+"
+_BLOCK_MARK = "\x01"
+"""Follows the line break a block run becomes, until the inline pass is done: a tag may not hold
+it, so a stray ``<`` before a block and a ``>`` after it are never read as one tag (which deleted
+"5 <br> then y is big and z" from "x < 5 <br> then y is big and z > 3")."""
+_HTML_TAGS = rf"[ \t]*(?:<[^<>{_BLOCK_MARK}]{{0,1000}}>[ \t]*)+"
 """A run of HTML tags with the spaces and tabs around it (shared by RE2 and ``re``)."""
 _HTML_BLOCK = (
     r"(?i)[ \t]*(?:<[^<>]{0,1000}>[ \t]*)*"
@@ -88,6 +92,8 @@ _HTML_BLOCK = (
 """A run of tags holding a block or table-cell tag (``<p>``, ``<br>``, ``<td>``...): a line break,
 so that the cells of a table row never read as one number (``<td>5109</td><td>3719</td>...``
 made a card number PII redaction then took)."""
+_HTML_BLOCK_RE = re.compile(_HTML_BLOCK, re.ASCII)
+"""ASCII case folding, as RE2's: Python's would also match ``İ`` (U+0130) for ``i``."""
 
 
 # --- ascii_lower: one pass over the UTF-8 bytes ------------------------------------------------
@@ -300,14 +306,16 @@ def strip_html_text(text: str) -> str:
     around it, becomes a line break if it holds a block or table-cell tag, else one space
     (inline markup between words is a word break, and the spaces it leaves must not split a
     number PII redaction looks for); then entities are decoded."""
-    return html.unescape(re.sub(_HTML_TAGS, " ", re.sub(_HTML_BLOCK, "\n", text)))
+    blocks = _HTML_BLOCK_RE.sub("\n" + _BLOCK_MARK, text)
+    return html.unescape(re.sub(_HTML_TAGS, " ", blocks).replace("\n" + _BLOCK_MARK, "\n"))
 
 
 def strip_html_array(texts: pa.Array | pa.ChunkedArray) -> pa.Array:
     """:func:`strip_html_text` of every row (nulls stay null): the tags with RE2, the entities in
     Python, only in the rows that hold an ``&`` (``html.unescape`` has no Arrow equivalent)."""
-    blocks = pc.replace_substring_regex(string_array(texts), _HTML_BLOCK, "\n")
-    stripped = pc.replace_substring_regex(blocks, _HTML_TAGS, " ")
+    blocks = pc.replace_substring_regex(string_array(texts), _HTML_BLOCK, "\n" + _BLOCK_MARK)
+    inline = pc.replace_substring_regex(blocks, _HTML_TAGS, " ")
+    stripped = pc.replace_substring(inline, "\n" + _BLOCK_MARK, "\n")
     entity = pc.fill_null(pc.match_substring(stripped, "&"), False)
     rows = np.flatnonzero(entity.to_numpy(zero_copy_only=False))
     if rows.size == 0:

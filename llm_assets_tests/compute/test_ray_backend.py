@@ -284,12 +284,16 @@ def test_with_ray_tls_only_the_connection_is_checked(monkeypatch):
         port = silent.getsockname()[1]
     with pytest.raises(RayClusterError, match="no Ray cluster answers"):
         probe_cluster_address(f"127.0.0.1:{port}", timeout_s=1.0)
-    monkeypatch.delenv("RAY_USE_TLS")
-    with socket.socket() as silent:
-        silent.bind(("127.0.0.1", 0))
-        silent.listen()
-        with pytest.raises(RayClusterError, match=r"no Ray cluster answers.*timed out"):
-            probe_cluster_address(f"127.0.0.1:{silent.getsockname()[1]}", timeout_s=1.0)
+    for value in (None, "yes", " 1"):  # Ray's TLS is off for these: so is the shortcut
+        if value is None:
+            monkeypatch.delenv("RAY_USE_TLS")
+        else:
+            monkeypatch.setenv("RAY_USE_TLS", value)
+        with socket.socket() as silent:
+            silent.bind(("127.0.0.1", 0))
+            silent.listen()
+            with pytest.raises(RayClusterError, match=r"no Ray cluster answers.*timed out"):
+                probe_cluster_address(f"127.0.0.1:{silent.getsockname()[1]}", timeout_s=1.0)
 
 
 def test_a_cluster_without_cpus_is_refused_naming_it():

@@ -524,6 +524,10 @@ def test_strip_html_turns_a_run_of_tags_and_the_spaces_around_it_into_one_break(
         "x<br/>y": "x\ny",
         "x<BR>y<Br >z<hr class='a'>w": "x\ny\nz\nw",
         "<span>a</span><press>b</press>": " a b ",  # not a block tag: <press>, </press>
+        # A stray < before a block and a > after it are no tag (the text between was deleted).
+        "If x < 5 <br> then y > 3": "If x < 5\nthen y > 3",
+        "<p>3 < 4</p><p>and 5 > 2</p>": "\n3 < 4\nand 5 > 2\n",
+        "a<dİv>b": "a b",  # ASCII case folding in both engines: İ is not i
         "line\n<p>next": "line\n\nnext",  # a newline is kept
         "a &lt;b&gt; c": "a <b> c",  # entities are decoded after the tags are gone
         "no markup  at all": "no markup  at all",
