@@ -7,7 +7,9 @@ concurrency pools (two runs could write the catalog at once), dead-run detection
 the other folder's runs, and sensor cursors kept twice. These drop-in classes (named in the
 shipped ``dagster.yaml``) read a relative ``base_dir`` against ``DAGSTER_HOME`` instead, so the
 repository's ``.dagster/`` is the one instance wherever a command runs from. Absolute paths are
-used as they are; without ``DAGSTER_HOME`` (an ephemeral instance) nothing changes.
+used as they are; without ``DAGSTER_HOME`` (an ephemeral instance) nothing changes. The variable
+is what counts, not the folder the file was read from: ``DagsterInstance.from_config(folder)``
+with another ``DAGSTER_HOME`` set uses that one's folders (Dagster hands the classes no folder).
 """
 
 from __future__ import annotations

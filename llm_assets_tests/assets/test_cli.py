@@ -120,3 +120,42 @@ def test_run_killed_midway_finishes_the_rest_byte_identical(tmp_path):
     killed, clean = output_checksums(killed_root), output_checksums(clean_root)
     for asset in PIPELINE_ASSETS:
         assert [s for _, s in killed[asset]] == [s for _, s in clean[asset]], asset
+
+
+def test_the_readmes_sensor_command_reaches_the_location_dagster_dev_loads(tmp_path, monkeypatch):
+    """The README starts sensors and schedules from the command line for the daemon of
+    ``dagster dev``, which loads the code location named in pyproject.toml (``llm_assets``).
+    Before, the README used ``-m llm_assets.definitions``, which keys the state under a location
+    of that name: the daemon never saw the sensor as started."""
+    import re
+
+    from dagster._core.scheduler.instigation import InstigatorStatus
+
+    readme = (REPO / "README.md").read_text()
+    commands = re.findall(r"^(dagster (?:sensor|schedule) start .*?)\s+#", readme, re.MULTILINE)
+    assert len(commands) == 3
+    env = _env(tmp_path)
+    home = Path(env["DAGSTER_HOME"])
+    (home / "dagster.yaml").write_text((REPO / "dagster.yaml").read_text())
+    sensor = next(c for c in commands if "sensor start" in c)
+    dagster = Path(sys.executable).with_name("dagster")
+    done = subprocess.run(
+        [str(dagster), *sensor.split()[1:]],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    # What dagster dev loads: workspace.yaml's location (pyproject.toml names the same).
+    (entry,) = yaml.safe_load((REPO / "workspace.yaml").read_text())["load_from"]
+    location = entry["python_module"]["location_name"]
+    assert f'code_location_name = "{location}"' in (REPO / "pyproject.toml").read_text()
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    with dg.DagsterInstance.get() as instance:
+        states = {
+            (s.name, s.origin.repository_origin.code_location_origin.location_name): s.status
+            for s in instance.all_instigator_state()
+        }
+    assert states == {("input_folder_sensor", location): InstigatorStatus.RUNNING}
