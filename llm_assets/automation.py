@@ -6,7 +6,10 @@
   modified for :data:`SETTLE_SECONDS`. The run key is the number of runs so far plus the change's
   fingerprint, so the same change never starts two runs and a folder that returns to an earlier
   state starts one; the cursor (files -> fingerprint, runs so far; JSON) lives in Dagster's
-  storage and survives restarts of the daemon.
+  storage and survives restarts of the daemon. A change counts as done only once a run that
+  covered it succeeds: when the sensor's last run failed or was canceled (or every re-execution
+  of it did), its changes are requested again, :data:`RETRY_AFTER_SECONDS` after the failure,
+  doubling with each failure of the same change, and at once when another file changes.
 - A nightly refresh of the pipeline from the same folder, and a weekly benchmark report.
 
 All of them are off by default: turn them on in the UI (*Automation*) or with
@@ -31,7 +34,16 @@ INPUT_DIR_ENV = "LLM_ASSETS_INPUT_DIR"
 """Environment variable naming the folder the sensor and the nightly schedule read (default
 ``data/sample``; an empty value counts as unset)."""
 SENSOR_INTERVAL_SECONDS = 30
+RETRY_AFTER_SECONDS = 300.0
+"""A change whose run failed is requested again this long after the failure (then twice as long
+after each further failure of the same change, at most :data:`MAX_RETRY_AFTER_SECONDS`): a
+failure that a fix of the set-up cures (a ``dagster dev`` started from the wrong folder, a full
+disk) is retried without flooding the instance with runs that fail the same way."""
+MAX_RETRY_AFTER_SECONDS = 6 * 3600.0
 SETTLE_SECONDS = 15.0
+RUN_KEY_TAG = "dagster/run_key"
+SENSOR_NAME_TAG = "dagster/sensor_name"
+"""Tags Dagster puts on a sensor's runs (and a re-execution keeps)."""
 """A new or changed file starts a run only once it has not been modified for this long: a file
 still being copied in would otherwise be read half-written (and its cut-off end recorded as
 rejects), then read again when complete."""
@@ -88,15 +100,47 @@ def _unsettled(changed: dict[str, str], now_s: float, settle_seconds: float) -> 
     )
 
 
-def _read_cursor(cursor: str | None) -> tuple[dict[str, str], int]:
-    """(files, number of runs requested so far) from the cursor; a cursor of the first format
-    (the files alone) counts as 0 runs."""
-    if not cursor:
-        return {}, 0
-    state = json.loads(cursor)
-    if "files" in state and isinstance(state["files"], dict):
-        return state["files"], int(state.get("runs", 0))
-    return state, 0
+def _read_cursor(cursor: str | None) -> dict[str, Any]:
+    """The sensor's state: ``files`` (the folder as of the last run requested, or as of the
+    last change known to be done), ``runs`` (runs requested so far), ``pending`` (the last
+    request while its run is not known to have succeeded: its key, the change's digest and the
+    ``base`` folder state its changes are relative to) and ``failed`` (the change whose run
+    failed: digest, run id and status, failures, when the last one ended). Cursors of earlier
+    formats (the files alone, or files and runs) read as no pending run."""
+    state: dict[str, Any] = json.loads(cursor) if cursor else {}
+    if not isinstance(state.get("files"), dict):
+        state = {"files": state}
+    return {
+        "files": state["files"],
+        "runs": int(state.get("runs", 0)),
+        "pending": state.get("pending"),
+        "failed": state.get("failed"),
+    }
+
+
+def _sensor_run_outcome(
+    instance: dg.DagsterInstance, sensor_name: str, run_key: str
+) -> tuple[str, dg.RunRecord | None]:
+    """What became of the runs started for ``run_key`` (the sensor's own run and any
+    re-execution of it, which keeps its tags): ``"succeeded"`` if one did, ``"failed"`` if all
+    ended otherwise (failed or canceled; the newest record is returned), else ``"unknown"`` (not
+    created yet, or still queued or running)."""
+    records = instance.get_run_records(
+        filters=dg.RunsFilter(tags={RUN_KEY_TAG: run_key, SENSOR_NAME_TAG: sensor_name})
+    )
+    if any(r.dagster_run.status == dg.DagsterRunStatus.SUCCESS for r in records):
+        return "succeeded", None
+    if records and all(r.dagster_run.is_finished for r in records):
+        return "failed", records[0]
+    return "unknown", None
+
+
+def _retry_delay(failures: int) -> float:
+    return min(RETRY_AFTER_SECONDS * 2 ** max(failures - 1, 0), MAX_RETRY_AFTER_SECONDS)
+
+
+def _change_digest(changed: dict[str, str], deleted: list[str]) -> str:
+    return hashlib.sha256(json.dumps([sorted(changed.items()), deleted]).encode()).hexdigest()[:24]
 
 
 def build_input_folder_sensor(
@@ -126,31 +170,80 @@ def build_input_folder_sensor(
             now = snapshot(folder)
         except StageInputError as err:
             return dg.SkipReason(f"input folder not usable: {err}")
-        before, runs = _read_cursor(context.cursor)
+        state = _read_cursor(context.cursor)
+        pending, failed = state["pending"], state["failed"]
+        before = state["files"]
+        if pending:
+            outcome, record = _sensor_run_outcome(context.instance, name, pending["key"])
+            if outcome == "succeeded":
+                pending = failed = None
+            elif outcome == "failed" and record is not None:
+                # The run did not process its changes: they are changes again, relative to the
+                # folder as it was before them.
+                same_change = bool(failed) and failed["digest"] == pending["digest"]
+                failures = failed["failures"] + 1 if same_change else 1
+                ended = record.end_time or time.time()
+                failed = {
+                    "digest": pending["digest"],
+                    "run_id": record.dagster_run.run_id,
+                    "status": record.dagster_run.status.value,
+                    "failures": failures,
+                    "ended_at": ended,
+                }
+                before = pending["base"]
+                context.log.warning(
+                    f"run {record.dagster_run.run_id} ({record.dagster_run.status.value}) did "
+                    f"not process its changes; they are requested again after "
+                    f"{_retry_delay(failures):g} s, or at once when another file changes"
+                )
+                pending = None
+        cursor_now = {"files": before, "runs": state["runs"], "pending": pending, "failed": failed}
+
+        def skip(message: str) -> dg.SensorResult | dg.SkipReason:
+            if cursor_now == state:
+                return dg.SkipReason(message)
+            return dg.SensorResult(
+                skip_reason=message, cursor=json.dumps(cursor_now, sort_keys=True)
+            )
+
         changed = changed_files(before, now)
         deleted = deleted_files(before, now)
         if not changed and not deleted:
-            return dg.SkipReason(f"no new, changed or deleted files in {folder} ({len(now)} known)")
+            return skip(f"no new, changed or deleted files in {folder} ({len(now)} known)")
         unsettled = _unsettled(changed, time.time(), settle_seconds)
         if unsettled:
-            return dg.SkipReason(
-                f"waiting for {len(unsettled)} file(s) modified in the last {settle_seconds:g} s "
-                f"to settle: {unsettled[:5]}"
+            return skip(
+                f"waiting for {len(unsettled)} file(s) modified in the last "
+                f"{settle_seconds:g} s to settle: {unsettled[:5]}"
             )
+        digest = _change_digest(changed, deleted)
+        retry_at = failed["ended_at"] + _retry_delay(failed["failures"]) if failed else 0.0
+        if failed and failed["digest"] == digest and time.time() < retry_at:
+            return skip(
+                f"run {failed['run_id']} for these {len(changed)} new or changed "
+                f"and {len(deleted)} deleted file(s) ended {failed['status']} "
+                f"({failed['failures']} time(s)); requesting them again at "
+                f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(retry_at))}, "
+                "or at once when a file changes (or re-execute that run)"
+            )
+        if failed and failed["digest"] != digest:
+            failed = None
+        runs = state["runs"]
         # The number of runs so far is part of the key: the same change seen twice (the same
         # cursor) never starts two runs, but a folder that comes back to an earlier state (a
         # file restored from a backup, same size and mtime) is a new change that starts one.
-        digest = hashlib.sha256(
-            json.dumps([sorted(changed.items()), deleted]).encode()
-        ).hexdigest()[:24]
+        key = f"{runs + 1}-{digest}"
         context.log.info(
             f"{len(changed)} new or changed file(s): {sorted(changed)[:10]}; "
             f"{len(deleted)} deleted: {deleted[:10]}"
         )
+        # Every run reads the whole folder, so a run that succeeds covers the changes of any
+        # earlier request still pending: its base is the oldest unconfirmed state.
+        base = pending["base"] if pending else before
         return dg.SensorResult(
             run_requests=[
                 dg.RunRequest(
-                    run_key=f"{runs + 1}-{digest}",
+                    run_key=key,
                     run_config=pipeline_run_config(folder, run_config),
                     tags={
                         "llm_assets/changed_files": str(len(changed)),
@@ -158,7 +251,15 @@ def build_input_folder_sensor(
                     },
                 )
             ],
-            cursor=json.dumps({"files": now, "runs": runs + 1}, sort_keys=True),
+            cursor=json.dumps(
+                {
+                    "files": now,
+                    "runs": runs + 1,
+                    "pending": {"key": key, "digest": digest, "base": base},
+                    "failed": failed,
+                },
+                sort_keys=True,
+            ),
         )
 
     return _sensor

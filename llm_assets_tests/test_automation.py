@@ -11,9 +11,12 @@ from pathlib import Path
 
 import dagster as dg
 
+from llm_assets import automation
 from llm_assets.assets.pipeline import PIPELINE_ASSET_DEFS
 from llm_assets.automation import (
     INPUT_DIR_ENV,
+    RUN_KEY_TAG,
+    SENSOR_NAME_TAG,
     build_input_folder_sensor,
     changed_files,
     nightly_pipeline,
@@ -26,16 +29,26 @@ from llm_assets.warehouse.resource import WarehouseResource
 from llm_assets_tests.conftest import SAMPLE_DIR
 
 
-def _run(request: dg.RunRequest, root) -> dg.ExecuteInProcessResult:
-    """Execute a sensor's run request the way the daemon would, with its run config."""
+def _run(
+    request: dg.RunRequest,
+    root,
+    instance: dg.DagsterInstance | None = None,
+    sensor: dg.SensorDefinition | None = None,
+) -> dg.ExecuteInProcessResult:
+    """Execute a sensor's run request the way the daemon would, with its run config (and, given
+    the sensor, the tags the daemon adds: its name and the run key)."""
     config = dict(request.run_config)
     config.setdefault("ops", {}).setdefault("training_batches", {"config": {"seq_len": 256}})
+    tags = dict(request.tags)
+    if sensor is not None:
+        tags |= {RUN_KEY_TAG: request.run_key, SENSOR_NAME_TAG: sensor.name}
     return dg.materialize(
         PIPELINE_ASSET_DEFS,
         resources={"compute": ComputeResource(), "warehouse": WarehouseResource(root=str(root))},
         run_config=config,
-        instance=dg.DagsterInstance.ephemeral(),
-        tags=request.tags,
+        instance=instance or dg.DagsterInstance.ephemeral(),
+        tags=tags,
+        raise_on_error=False,
     )
 
 
@@ -89,6 +102,84 @@ def test_sensor_runs_once_per_change_and_only_new_shards_are_computed(tmp_path):
 
 def _evaluate(sensor: dg.SensorDefinition, cursor: str | None):
     return sensor(dg.build_sensor_context(instance=dg.DagsterInstance.ephemeral(), cursor=cursor))
+
+
+def test_a_change_whose_run_failed_is_requested_again(tmp_path, monkeypatch):
+    """The changes of a failed run are not forgotten (before: the cursor moved on when the run
+    was requested, so a file whose run failed was not read until it changed again): the sensor
+    says which run failed and when it tries again, requests the change again after the delay,
+    and at once with any later change; a run that succeeds (or a successful re-execution of a
+    failed one) settles everything it covered."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    _aged(Path(shutil.copy(SAMPLE_DIR / "wiki_sample.jsonl", folder)))
+    instance = dg.DagsterInstance.ephemeral()
+    sensor = build_input_folder_sensor(str(folder))
+
+    def evaluate(cursor):
+        return sensor(dg.build_sensor_context(instance=instance, cursor=cursor))
+
+    not_a_folder = tmp_path / "file"
+    not_a_folder.write_text("a warehouse root that is a file: every stage fails\n")
+    first = evaluate(None)
+    (request,) = first.run_requests
+    assert not _run(request, not_a_folder, instance, sensor).success
+
+    waiting = evaluate(first.cursor)
+    assert isinstance(waiting, dg.SensorResult) and not waiting.run_requests
+    message = waiting.skip_reason.skip_message
+    assert "ended FAILURE (1 time(s))" in message and "requesting them again at" in message
+    failed_run = instance.get_runs(filters=dg.RunsFilter(tags={RUN_KEY_TAG: request.run_key}))[0]
+    assert failed_run.run_id in message
+    # Seen again before the delay: the same skip, the cursor unchanged.
+    assert isinstance(evaluate(waiting.cursor), dg.SkipReason)
+
+    # After the delay the same change is requested again, under a new key; it fails again.
+    monkeypatch.setattr(automation, "RETRY_AFTER_SECONDS", 0.0)
+    retry = evaluate(waiting.cursor)
+    (request2,) = retry.run_requests
+    assert request2.run_key != request.run_key
+    assert request2.run_key.split("-", 1)[1] == request.run_key.split("-", 1)[1]
+    assert not _run(request2, not_a_folder, instance, sensor).success
+    monkeypatch.setattr(automation, "RETRY_AFTER_SECONDS", 300.0)
+    again = evaluate(retry.cursor)
+    assert "(2 time(s))" in again.skip_reason.skip_message
+    retry_at = time.strptime(
+        again.skip_reason.skip_message.split(" at ")[1][:19], "%Y-%m-%d %H:%M:%S"
+    )
+    assert time.mktime(retry_at) >= time.time() + 500  # 300 s doubled after a second failure
+
+    # Another file arrives: one run for both changes at once, no waiting; it succeeds.
+    _aged(Path(shutil.copy(SAMPLE_DIR / "reviews.csv", folder)))
+    both = evaluate(again.cursor)
+    (request3,) = both.run_requests
+    assert request3.tags["llm_assets/changed_files"] == "2"
+    assert _run(request3, tmp_path / "warehouse", instance, sensor).success
+    settled = evaluate(both.cursor)
+    assert isinstance(settled, dg.SensorResult) and not settled.run_requests
+    assert "no new, changed or deleted" in settled.skip_reason.skip_message
+    state = json.loads(settled.cursor)
+    assert state["pending"] is None and state["failed"] is None
+    assert isinstance(evaluate(settled.cursor), dg.SkipReason)
+
+
+def test_a_successful_reexecution_settles_a_failed_change(tmp_path):
+    """Re-executing a failed sensor run (it keeps the run key) and succeeding counts: the change
+    is not requested again."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    _aged(Path(shutil.copy(SAMPLE_DIR / "wiki_sample.jsonl", folder)))
+    instance = dg.DagsterInstance.ephemeral()
+    sensor = build_input_folder_sensor(str(folder))
+    first = sensor(dg.build_sensor_context(instance=instance, cursor=None))
+    (request,) = first.run_requests
+    not_a_folder = tmp_path / "file"
+    not_a_folder.write_text("x\n")
+    assert not _run(request, not_a_folder, instance, sensor).success
+    assert _run(request, tmp_path / "warehouse", instance, sensor).success  # the re-execution
+    after = sensor(dg.build_sensor_context(instance=instance, cursor=first.cursor))
+    assert not after.run_requests and "no new, changed" in after.skip_reason.skip_message
+    assert json.loads(after.cursor)["pending"] is None
 
 
 def test_sensor_waits_for_a_file_to_settle_then_runs_once(tmp_path):
