@@ -23,7 +23,7 @@ STAGE_CODE_VERSIONS: dict[str, str] = {
     NORMALIZED_DOCUMENTS: "2",
     TOKENIZED_DOCUMENTS: "2",
     FILTERED_DOCUMENTS: "3",
-    TRAINING_BATCHES: "2",
+    TRAINING_BATCHES: "3",
 }
 """Bump a stage's version when its output for the same input and config changes: its shards (and
 everything downstream) are then recomputed instead of reused."""

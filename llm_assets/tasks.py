@@ -703,7 +703,12 @@ def build_sequences(
     if spec.layout == "bucketed":
         boundaries = spec.bucket_boundaries or (spec.seq_len,)
         within, targets, buckets, batches = bucket_layout(
-            lengths, boundaries, spec.seq_len, spec.batch_size, spec.seed
+            lengths,
+            boundaries,
+            spec.seq_len,
+            spec.batch_size,
+            spec.seed,
+            f"{task.split}:{task.bucket}",
         )
         order = order[within]
         doc_ids = [doc_ids[i] for i in within]

@@ -466,14 +466,21 @@ def derive_boundaries(quantile_lengths: Sequence[float], seq_len: int, multiple:
 
 
 def bucket_layout(
-    lengths: np.ndarray, boundaries: Sequence[int], seq_len: int, batch_size: int, seed: int
+    lengths: np.ndarray,
+    boundaries: Sequence[int],
+    seq_len: int,
+    batch_size: int,
+    seed: int,
+    salt: str = "",
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Order and pad lengths of the ``bucketed`` layout, for rows given in shuffle order.
 
     Each row goes to the first bucket whose bound holds its (truncated) length; inside a bucket,
     rows keep their shuffle order and are cut into batches of ``batch_size``; each batch is padded
-    to its longest row; the batches are ordered by a seeded hash of (bucket, batch number), so a
-    trainer reading in order sees lengths mixed across batches but uniform inside one.
+    to its longest row; the batches are ordered by a seeded hash of (``salt``, bucket, batch
+    number), so a trainer reading in order sees lengths mixed across batches but uniform inside
+    one. Each file's ``salt`` (its split and shuffle bucket) gives it its own order of lengths:
+    without it every file repeated the first one's sequence of length buckets.
     Returns ``(order, targets, bucket_of_row, batch_of_row)``, the last three in output order;
     ``batch_of_row`` numbers the batches from 0 in output order (consecutive rows with one number
     are one batch, padded to one length), so a reader can take them back whole.
@@ -487,7 +494,7 @@ def bucket_layout(
         rows = np.flatnonzero(bucket == b)
         for number, start in enumerate(range(0, len(rows), batch_size)):
             tag = hashlib.blake2b(
-                f"{b}:{number}".encode(), digest_size=8, key=key, person=_BATCH_PERSON
+                f"{salt}:{b}:{number}".encode(), digest_size=8, key=key, person=_BATCH_PERSON
             ).digest()
             batches.append((tag, rows[start : start + batch_size]))
     batches.sort(key=lambda item: item[0])

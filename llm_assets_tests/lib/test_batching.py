@@ -559,6 +559,22 @@ def test_bucketed_layout_is_a_permutation_with_uniform_batches(lengths, batch_si
     assert np.array_equal(order, again[0])
 
 
+def test_bucketed_batch_order_differs_from_file_to_file():
+    """Each shuffle-bucket file orders its length buckets its own way (before: the order tags
+    depended on the bucket and batch number only, so with similar files every file repeated one
+    sequence of lengths, e.g. always long batches first); the same salt gives the same order."""
+    rng = np.random.default_rng(1)
+    lengths = rng.integers(1, 256, 400)
+
+    def lengths_order(salt: str) -> list[int]:
+        _, _, buckets, batches = batching.bucket_layout(lengths, (32, 64, 128), 256, 8, 7, salt)
+        return buckets[np.r_[0, np.flatnonzero(np.diff(batches)) + 1]].tolist()
+
+    first, second = lengths_order("train:0"), lengths_order("train:1")
+    assert sorted(first) == sorted(second) and first != second
+    assert lengths_order("train:0") == first
+
+
 def test_bucketed_padding_is_far_below_fixed_padding():
     rng = np.random.default_rng(0)
     lengths = np.minimum(rng.lognormal(4.5, 0.8, 5000).astype(int) + 1, 1024)
