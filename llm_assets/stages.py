@@ -118,6 +118,13 @@ SHUFFLE_BUCKET_BYTES = 8 * 1024 * 1024
 (:func:`~llm_assets.tasks.scatter_columns`, token ids as Parquet's 32-bit values), which bounds the
 memory of one gather task. At 8 MB a gather task peaks ~40 MB above a worker's idle size (16 MB:
 ~80 MB); n_buckets is part of the scatter fingerprint, so changing it never reuses stale buckets."""
+PADDED_TOKENS_PER_BUCKET = 4 * 1024 * 1024
+"""Target size of one shuffle bucket of the ``padded`` layout, in padded tokens (rows times
+``seq_len``), so that short documents padded to a long ``seq_len`` are bounded too: a padded
+gather of 4 Mi padded tokens peaks ~120 MB above idle (ids, mask and labels, and the Parquet
+writer's pages). Before, only the token bytes counted: 3,000 documents of ~30 tokens padded to
+32,768 went to one gather task, which peaked at 1.4 GB (now 24 buckets, 518 MB for the whole
+in-process run, 394 MB at ``seq_len`` 1024)."""
 DEDUP_MEMORY_LIMIT = "1GB"
 """DuckDB's memory cap for the global dedup step; past it DuckDB spills to the warehouse."""
 
@@ -897,16 +904,22 @@ and scatter input (``<shard>-<input fingerprint>``), shared by every batch folde
 Not a batches folder (no ``part-*.parquet``); safe to delete, it is rebuilt when missing."""
 
 
-def shuffle_bucket_count(paths: Sequence[str], minimum: int = 1) -> int:
+def shuffle_bucket_count(paths: Sequence[str], minimum: int = 1, padded_len: int = 0) -> int:
     """How many shuffle buckets the filtered shards at ``paths`` need: at least ``minimum``, and
-    enough that none holds more than :data:`SHUFFLE_BUCKET_BYTES` of the columns the shuffle reads.
+    enough that none holds more than :data:`SHUFFLE_BUCKET_BYTES` of the columns the shuffle
+    reads, nor (with ``padded_len``, the length every row is padded to) more than
+    :data:`PADDED_TOKENS_PER_BUCKET` padded tokens.
 
-    Counted from the footers' decoded sizes, not the files' sizes: the codec of the shards and
-    their text column (which the shuffle never reads) do not change the bucket count."""
+    Counted from the footers (decoded sizes and row counts), not the files' sizes: the codec of
+    the shards and their text column (which the shuffle never reads) do not change the count."""
     total = sum(
         decoded_column_bytes(path, scatter_columns(pq.read_schema(path).names)) for path in paths
     )
-    return max(minimum, -(-total // SHUFFLE_BUCKET_BYTES))
+    buckets = -(-total // SHUFFLE_BUCKET_BYTES)
+    if padded_len:
+        rows = sum(pq.read_metadata(path).num_rows for path in paths)
+        buckets = max(buckets, -(-rows * padded_len // PADDED_TOKENS_PER_BUCKET))
+    return max(minimum, buckets)
 
 
 @_catalog_session
@@ -930,7 +943,13 @@ def run_training_batches(
     started = time.time()
     asset = TRAINING_BATCHES
     upstream = _upstream(ctx, FILTERED_DOCUMENTS)
-    n_buckets = shuffle_bucket_count([s.path for s in upstream], spec.shuffle_buckets)
+    # The padded layout pads every row to seq_len (pad_to: longest, to at most seq_len): short
+    # documents grow many times over, so its buckets are also bounded in padded tokens.
+    n_buckets = shuffle_bucket_count(
+        [s.path for s in upstream],
+        spec.shuffle_buckets,
+        padded_len=spec.seq_len if spec.layout == "padded" else 0,
+    )
     config = {**asdict(spec), "compression_level": compression_level}
     # What the scatter of one shard depends on besides its bytes; with every shard's checksum,
     # what every batch file depends on besides the config (the files' source_fingerprint).

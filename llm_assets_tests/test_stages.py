@@ -155,3 +155,6 @@ def test_shuffle_buckets_follow_the_token_ids_not_the_file_size(tmp_path, monkey
     assert shuffle_bucket_count(wide) == 5
     assert shuffle_bucket_count(wide, minimum=8) == 8
     assert shuffle_bucket_count(wide[:1]) == 3
+    # Padded to 4,096 tokens, 10,000 rows are 41 M padded tokens: buckets of at most 4 Mi.
+    assert shuffle_bucket_count(wide, padded_len=4096) == 10
+    assert shuffle_bucket_count(wide, padded_len=16) == 5  # the token bytes dominate

@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from llm_assets import stages
 from llm_assets.assets.pipeline import PIPELINE_ASSET_DEFS, validate_run_config
 from llm_assets.compute.resource import ComputeResource
 from llm_assets.constants import (
@@ -325,13 +326,19 @@ def test_new_input_file_adds_shards_and_reuses_the_rest(sample_input, tmp_path):
     assert meta["raw_documents"]["shards_reused"].value >= 5
 
 
-def test_padded_layout_masks_padding(sample_input, tmp_path):
+def test_padded_layout_masks_padding(sample_input, tmp_path, monkeypatch):
+    """Padding is masked out of the labels; the shuffle buckets of the padded layout hold a
+    bounded number of padded tokens (before: only the token ids counted, so short documents
+    padded to a long seq_len all went to one gather task: 1.4 GB for 3,000 documents at 32,768)."""
+    monkeypatch.setattr(stages, "PADDED_TOKENS_PER_BUCKET", 16 * 1024)
     result = materialize(
         sample_input, tmp_path / "wh", training_batches={"layout": "padded", "seq_len": 64}
     )
     assert result.success
     catalog = WarehouseResource(root=str(tmp_path / "wh")).catalog()
     docs = catalog.query("SELECT count(*) FROM filtered_documents")[0][0]
+    buckets = materializations(result)["training_batches"]["shuffle_buckets"].value
+    assert buckets == -(-docs * 64 // (16 * 1024)) > 1
     rows = catalog.query(
         "SELECT count(*), bool_and(len(labels) = 64), "
         "sum(list_count(list_filter(labels, lambda x: x = -100))), "
