@@ -104,6 +104,11 @@ class CatalogLockedError(RuntimeError):
     """Another process holds the catalog file (a second run, or an open ``duckdb`` shell)."""
 
 
+class CatalogUnreadableError(OSError):
+    """The catalog file exists but DuckDB cannot open it (not a DuckDB database, truncated, a
+    folder, or written by a newer DuckDB): reported as such at once, not as a lock waited for."""
+
+
 @dataclass(frozen=True)
 class ShardRecord:
     """One finished shard, as the catalog stores it."""
@@ -224,7 +229,13 @@ class Catalog:
                 con = duckdb.connect(str(self.path), read_only=read_only and self.path.exists())
                 break
             except duckdb.IOException as exc:
-                if "lock" not in str(exc).lower() or time.monotonic() > deadline:
+                if "lock" not in str(exc).lower():
+                    raise CatalogUnreadableError(
+                        f"the warehouse catalog {self.path} cannot be opened: {exc} (the "
+                        "Parquet shards beside it are intact: move the file away and the next "
+                        "run starts a new catalog, finding finished shards by their footers)"
+                    ) from exc
+                if time.monotonic() > deadline:
                     raise CatalogLockedError(
                         f"the warehouse catalog {self.path} is in use by another process "
                         f"(waited {self.lock_timeout_s:g} s): {exc}"

@@ -312,6 +312,27 @@ def test_every_backend_writes_identical_parquet(in_process_run, tmp_path, backen
     assert output_checksums(tmp_path / "warehouse") == output_checksums(base / "warehouse")
 
 
+def test_a_damaged_catalog_fails_clearly_and_a_new_one_reuses_every_shard(in_process_run, tmp_path):
+    """A catalog DuckDB cannot open fails the run at its first step saying so (before: "in use
+    by another process"); moved away, as the message says, the next run starts a new catalog
+    and finds every finished shard by its footer: nothing computed again, the same bytes."""
+    base, _ = in_process_run
+    shutil.copytree(base / "warehouse", tmp_path / "wh")
+    catalog_file = tmp_path / "wh" / "catalog.duckdb"
+    catalog_file.write_bytes(b"damaged" * 1000)
+    result = materialize(base / "input", tmp_path / "wh")
+    assert not result.success
+    message = _failure_message(result)
+    assert "cannot be opened" in message and "in use by another process" not in message
+    catalog_file.rename(tmp_path / "wh" / "catalog.damaged")
+    result = materialize(base / "input", tmp_path / "wh")
+    assert result.success
+    for asset, metadata in materializations(result).items():
+        if asset != TRAINING_BATCHES:
+            assert metadata["shards_computed"].value == 0, asset
+    assert output_checksums(tmp_path / "wh") == output_checksums(base / "warehouse")
+
+
 def test_new_input_file_adds_shards_and_reuses_the_rest(sample_input, tmp_path):
     root = tmp_path / "warehouse"
     assert materialize(sample_input, root).success

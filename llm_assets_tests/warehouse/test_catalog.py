@@ -16,6 +16,7 @@ from llm_assets.warehouse.catalog import (
     INSERT_CHUNK_ROWS,
     Catalog,
     CatalogLockedError,
+    CatalogUnreadableError,
     ShardRecord,
     insert_values,
 )
@@ -139,6 +140,25 @@ def test_locked_catalog_waits_then_fails_with_a_clear_message(tmp_path):
             assert con.execute("SELECT 1").fetchone() == (1,)
     finally:
         holder.join()
+
+
+@pytest.mark.parametrize("damage", ["garbage", "empty", "folder"])
+def test_a_damaged_catalog_is_reported_as_such_at_once(tmp_path, damage):
+    """A catalog DuckDB cannot open (not a database, an empty file, a folder) fails at once,
+    saying so and what to do (before: "in use by another process (waited 120 s)" after no wait
+    at all, sending the user looking for a process that does not exist)."""
+    path = tmp_path / "catalog.duckdb"
+    if damage == "folder":
+        path.mkdir()
+    else:
+        path.write_bytes(b"not a duckdb file " * 500 if damage == "garbage" else b"")
+    started = time.monotonic()
+    with (
+        pytest.raises(CatalogUnreadableError, match=r"catalog\.duckdb cannot be opened.*move"),
+        Catalog(path, lock_timeout_s=120).connect(),
+    ):
+        pass
+    assert time.monotonic() - started < 10
 
 
 def test_a_session_reuses_one_connection_and_rolls_back_a_failed_write(tmp_path):
