@@ -203,9 +203,11 @@ def _check(asset: str) -> list[dg.AssetCheckSpec]:
 def _context(
     context: dg.AssetExecutionContext, compute: ComputeResource, warehouse: WarehouseResource
 ) -> stages.StageContext:
+    catalog = warehouse.catalog()
+    compute.use_warehouse_catalog(str(catalog.path))
     return stages.StageContext(
         warehouse_root=warehouse.root_path,
-        catalog=warehouse.catalog(),
+        catalog=catalog,
         compute=compute,
         log=context.log,
         run_id=context.run.run_id,

@@ -38,10 +38,12 @@ class ComputeResource(dg.ConfigurableResource):
     task_timeout_s: float | None = 3600.0
     """A shard running longer than this is killed and retried (multiprocess and Ray)."""
     benchmark_catalog: str | None = None
-    """Catalog holding ``benchmark_results`` for backend ``auto``; unset means the default
-    warehouse's catalog (``data/warehouse/catalog.duckdb``)."""
+    """Catalog holding ``benchmark_results`` for backend ``auto``; unset means the catalog of the
+    run's warehouse (where ``benchmark_report`` records them), or ``data/warehouse``'s outside
+    the pipeline's assets."""
 
     _backend: ComputeBackend | None = PrivateAttr(default=None)
+    _warehouse_catalog: str | None = PrivateAttr(default=None)
     _logger: Logger | None = PrivateAttr(default=None)
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
@@ -62,6 +64,13 @@ class ComputeResource(dg.ConfigurableResource):
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
         self.close()
 
+    def use_warehouse_catalog(self, path: str) -> None:
+        """The catalog of the run's warehouse: where backend ``auto`` reads the benchmark results
+        unless ``benchmark_catalog`` names another (before, it always read
+        ``data/warehouse/catalog.duckdb``, so with another warehouse root it found no results and
+        ran in-process, telling the user to materialize the report they had just materialized)."""
+        self._warehouse_catalog = path
+
     def get_backend(self) -> ComputeBackend:
         """The backend for this run, started on first use."""
         if self._backend is None:
@@ -73,7 +82,7 @@ class ComputeResource(dg.ConfigurableResource):
                 max_attempts=self.max_attempts,
                 task_timeout_s=self.task_timeout_s,
                 logger=self._logger,
-                benchmark_catalog=self.benchmark_catalog,
+                benchmark_catalog=self.benchmark_catalog or self._warehouse_catalog,
             )
         return self._backend
 

@@ -258,3 +258,51 @@ def test_driving_the_stages_without_dagster_does_not_import_it():
         "assert 'dagster' not in sys.modules, sorted(m for m in sys.modules if 'dagster' in m)\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_auto_reads_the_results_in_the_runs_own_warehouse(tmp_path, monkeypatch):
+    """With a warehouse root other than ``data/warehouse``, backend ``auto`` reads the benchmark
+    results where ``benchmark_report`` wrote them: that warehouse's catalog (before: always
+    ``data/warehouse/catalog.duckdb``, so it found none, ran in-process and told the user to
+    materialize the report they had just materialized)."""
+    import shutil
+
+    import dagster as dg
+
+    from llm_assets.assets.pipeline import PIPELINE_ASSET_DEFS
+    from llm_assets.bench.report import machine_info, record_results
+    from llm_assets.bench.runner import OURS, RunResult
+    from llm_assets.compute.resource import ComputeResource
+    from llm_assets.warehouse.resource import WarehouseResource
+    from llm_assets_tests.conftest import SAMPLE_DIR, pipeline_run_config
+
+    monkeypatch.chdir(tmp_path)  # no data/warehouse here
+    shutil.copytree(SAMPLE_DIR, tmp_path / "input")
+    warehouse = WarehouseResource(root=str(tmp_path / "elsewhere"))
+    results = [
+        RunResult(
+            runner=OURS,
+            backend=backend,
+            size=size,
+            repetition=1,
+            workers=2,
+            rows_in=size,
+            rows_out=size,
+            tokens=size * 90,
+            bytes_in=size * 500,
+            seconds=seconds,
+            startup_seconds=0.0,
+        )
+        for size in (1_000, 100_000)
+        for backend, seconds in (("in_process", 9.0), ("multiprocess", 1.0))
+    ]
+    record_results(warehouse.catalog(), "measured", results, machine=machine_info())
+    result = dg.materialize(
+        PIPELINE_ASSET_DEFS,
+        resources={"compute": ComputeResource(backend="auto", workers=2), "warehouse": warehouse},
+        run_config=pipeline_run_config(tmp_path / "input"),
+    )
+    assert result.success
+    for event in result.get_asset_materialization_events():
+        metadata = event.step_materialization_data.materialization.metadata
+        assert metadata["compute_backend"].value == "multiprocess", event.asset_key
