@@ -30,8 +30,10 @@ from llm_assets.bench.runner import (
     OURS,
     REFERENCE,
     BenchmarkPlan,
+    DiskSpaceError,
     RunResult,
     Summary,
+    check_corpus_space,
     ensure_corpus,
     read_lines,
     read_texts,
@@ -46,12 +48,62 @@ RESULTS_DIR = REPO / "benchmarks" / "results"
 DATA_DIR = REPO / "data" / "generated" / "bench"
 
 
-def _ints(text: str) -> list[int]:
-    return [int(x.replace("_", "")) for x in text.split(",") if x]
-
-
 def _names(text: str) -> list[str]:
-    return [x for x in text.split(",") if x]
+    """``a,b`` -> ``['a', 'b']`` (empty items and surrounding spaces dropped)."""
+    return [x.strip() for x in text.split(",") if x.strip()]
+
+
+def _count(text: str, minimum: int = 1) -> int:
+    """One row count of at least ``minimum`` (``32000``, ``32_000``), else an argparse error
+    naming it."""
+    try:
+        value = int(text.strip().replace("_", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a row count") from None
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"{text!r}: a row count here must be >= {minimum}")
+    return value
+
+
+def sizes_arg(text: str) -> list[int]:
+    """``--sizes``: comma-separated positive row counts, at least one."""
+    sizes = [_count(x) for x in _names(text)]
+    if not sizes:
+        raise argparse.ArgumentTypeError("give at least one size, e.g. 1000,32000")
+    return sizes
+
+
+def _choices(text: str, allowed: tuple[str, ...], what: str) -> list[str]:
+    """Comma-separated names, each one of ``allowed``, else an argparse error naming it."""
+    names = _names(text)
+    for name in names:
+        if name not in allowed:
+            raise argparse.ArgumentTypeError(
+                f"unknown {what} {name!r}; choose from {', '.join(allowed)}"
+            )
+    return names
+
+
+def backends_arg(text: str) -> list[str]:
+    """``--backends``: comma-separated names of our backends."""
+    return _choices(text, BACKENDS, "backend")
+
+
+def reference_arg(text: str) -> list[str]:
+    """``--reference``: comma-separated names of the study's runners ('' for none)."""
+    return _choices(text, REFERENCE_RUNNERS, "study runner")
+
+
+def caps_arg(text: str) -> dict[str, int]:
+    """``--reference-max-rows``: ``runner=rows`` pairs, comma-separated (0: never run it)."""
+    caps = {}
+    for item in _names(text):
+        runner, sep, rows = item.partition("=")
+        names = _choices(runner, REFERENCE_RUNNERS, "study runner")
+        if not sep or len(names) != 1:
+            raise argparse.ArgumentTypeError(f"{item!r} is not runner=rows (e.g. ray=32000)")
+        caps[names[0]] = _count(rows, minimum=0)
+    return caps
 
 
 def _summary(summaries: list[Summary], size: int, runner: str, backend: str) -> Summary | None:
@@ -215,12 +267,15 @@ def where_time_goes_markdown(
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Parse the arguments (a bad one is a one-line usage error, exit 2), run the benchmark and
+    write its report."""
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--sizes", default="1000,32000,200000", help="rows, comma-separated")
-    parser.add_argument("--backends", default=",".join(BACKENDS))
-    parser.add_argument("--reference", default=",".join(REFERENCE_RUNNERS),
+    parser.add_argument("--sizes", type=sizes_arg, default="1000,32000,200000",
+                        help="rows, comma-separated")  # fmt: skip
+    parser.add_argument("--backends", type=backends_arg, default=",".join(BACKENDS))
+    parser.add_argument("--reference", type=reference_arg, default=",".join(REFERENCE_RUNNERS),
                         help="study runners to re-measure ('' for none)")  # fmt: skip
-    parser.add_argument("--reference-max-rows", default="ray=32000",
+    parser.add_argument("--reference-max-rows", type=caps_arg, default="ray=32000",
                         help="runner=rows caps, e.g. ray=32000,multiprocessing=200000")  # fmt: skip
     parser.add_argument("--repetitions", type=int, default=3)
     parser.add_argument("--workers", type=int, default=0, help="0 = every core")
@@ -240,18 +295,21 @@ def main(argv: list[str] | None = None) -> int:
     log = logging.getLogger("compare_study")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
-    sizes = sorted(set(_ints(args.sizes)))
-    caps = {k: int(v) for k, v in (x.split("=") for x in _names(args.reference_max_rows))}
-    plan = BenchmarkPlan(
-        sizes=tuple(sizes),
-        backends=tuple(_names(args.backends)),
-        reference_runners=tuple(_names(args.reference)),
-        repetitions=args.repetitions,
-        workers=args.workers,
-        warmup=not args.no_warmup,
-        reference_max_rows=caps,
-        seed=args.seed,
-    )
+    sizes = sorted(set(args.sizes))
+    try:
+        plan = BenchmarkPlan(
+            sizes=tuple(sizes),
+            backends=tuple(args.backends),
+            reference_runners=tuple(args.reference),
+            repetitions=args.repetitions,
+            workers=args.workers,
+            warmup=not args.no_warmup,
+            reference_max_rows=args.reference_max_rows,
+            seed=args.seed,
+        )
+        check_corpus_space(args.data_dir, sizes)
+    except (ValueError, DiskSpaceError) as exc:
+        parser.error(str(exc))
     workers = args.workers or (os.cpu_count() or 1)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out = Path(args.out)
@@ -288,13 +346,19 @@ def main(argv: list[str] | None = None) -> int:
     targets = evaluate_targets(summaries, ceilings, args.mid, args.big, args.small)
     charts = write_charts(summaries, out / f"compare-{stamp}")
     report = markdown_report(summaries, machine=machine, commit=commit)
+    if ceilings or bounds:  # none with --no-ceiling: no empty tables
+        report += (
+            "\n### Tokenizer-only ceiling (same rows, same cores)\n\n"
+            + ceilings_markdown(ceilings)
+            + "\n\n### Where the time goes: tokenizer, the job's kernels, the materialized "
+            "pipeline\n\n"
+            + "Kernels in memory: JSON lines already in memory, parsed, normalized, tokenized and "
+            "length-filtered in batches on the same processes, nothing written (no batching).\n\n"
+            + where_time_goes_markdown(summaries, ceilings, bounds)
+            + "\n"
+        )  # fmt: skip
     report += (
-        "\n### Tokenizer-only ceiling (same rows, same cores)\n\n" + ceilings_markdown(ceilings)
-        + "\n\n### Where the time goes: tokenizer, the job's kernels, the materialized pipeline\n\n"
-        + "Kernels in memory: JSON lines already in memory, parsed, normalized, tokenized and "
-        "length-filtered in batches on the same processes, nothing written (no batching).\n\n"
-        + where_time_goes_markdown(summaries, ceilings, bounds)
-        + "\n\n### Targets\n\n" + targets_markdown(targets) + "\n\nCharts: "
+        "\n### Targets\n\n" + targets_markdown(targets) + "\n\nCharts: "
         + ", ".join(str(p) for p in charts.values()) + "\n"
     )  # fmt: skip
     (out / f"compare-{stamp}.md").write_text(report)

@@ -1,13 +1,18 @@
 """The ``auto`` compute backend: per stage, the backend that won the benchmark at that size.
 
-It reads ``benchmark_results`` (our pipeline's rows only) and takes, for every (size, backend),
-that pair's latest measurement: the repetitions of the most recent benchmark run that measured it.
-So a partial run (one backend at one size) replaces only what it measured, not the whole
-crossover. At each measured size the backend with the lowest median wall time (DuckDB's
-``median``, the same true median the benchmark report uses) wins; every ``run`` picks the winner
-of the measured size nearest (on a log scale) to the stage's input rows. Without any benchmark
-results it uses ``in_process`` and says so in the log; results that cannot be read are logged as
-the error they are, and it falls back to ``in_process`` too.
+It reads ``benchmark_results`` (our pipeline's rows only, and only those recorded on a machine
+with this machine's core count: a 64-core machine's winner says nothing about two cores) and
+takes, for every (size, backend), that pair's latest measurement: the repetitions of the most
+recent benchmark run that measured it. So a partial run (one backend at one size) replaces only
+what it measured, not the whole crossover. A size counts only where at least two backends have
+results, as in the report's recommendation: the only backend measured there won nothing. At each
+such size the backend with the lowest median wall time (DuckDB's ``median``, the same true median
+the benchmark report uses) wins; every ``run`` picks the winner of the measured size nearest (on
+a log scale) to the stage's input rows. The log names the backends compared at each size and the
+run, commit and machine of the figures used. Without any usable results (none, none from a
+machine like this one, or no size with two backends) it uses ``in_process`` and says why in the
+log; results that cannot be read are logged as the error they are, and it falls back to
+``in_process`` too.
 
 Inside a stage the warehouse catalog is already open read-write in this process, and DuckDB
 refuses a second, read-only connection to it: the results are read through that open session when
@@ -20,16 +25,18 @@ gzip or zstd file where its header or trailer says it), else the previous estima
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import struct
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import duckdb
 
-from llm_assets.bench.report import RESULTS_TABLE
+from llm_assets.bench.report import RESULTS_TABLE, machine_cores
 from llm_assets.compute.base import ComputeBackend, OnResult, R, T
 from llm_assets.warehouse.catalog import Catalog, CatalogLockedError
 
@@ -43,39 +50,155 @@ uncompressed size (a streamed zstd frame): the generated corpus is 5.4x at zstd 
 READ_TIMEOUT_S = 10.0
 """How long to wait for a benchmark catalog another process holds before falling back."""
 
-_WINNERS_SQL = """
-WITH latest AS (
+_FIGURES_SQL = """
+WITH here AS (
+    -- our pipeline's results recorded on a machine with this machine's core count
+    SELECT * FROM benchmark_results WHERE runner = 'ours' AND machine_cores = $cores
+), latest AS (
     -- every (size, backend): the most recent benchmark run that measured it
     SELECT size, backend, arg_max(benchmark_run_id, recorded_at) AS benchmark_run_id
-    FROM benchmark_results WHERE runner = 'ours' GROUP BY size, backend
+    FROM here GROUP BY size, backend
 ), medians AS (
-    SELECT r.size, r.backend, median(r.seconds) AS seconds
-    FROM benchmark_results r JOIN latest l USING (size, backend, benchmark_run_id)
-    WHERE r.runner = 'ours' GROUP BY r.size, r.backend
+    SELECT h.size, h.backend, median(h.seconds) AS seconds, h.benchmark_run_id,
+           any_value(h.git_commit) AS git_commit, any_value(h.machine) AS machine
+    FROM here h JOIN latest l USING (size, backend, benchmark_run_id)
+    GROUP BY h.size, h.backend, h.benchmark_run_id
 )
-SELECT size, backend FROM medians
-QUALIFY row_number() OVER (PARTITION BY size ORDER BY seconds, backend) = 1
-ORDER BY size
+SELECT size, backend, seconds, benchmark_run_id, git_commit, machine FROM medians
+ORDER BY size, seconds, backend
 """
+"""Each (size, backend) at its latest measurement on this machine's core count, fastest first
+per size (ties by backend name, as the report breaks them)."""
+
+_ELSEWHERE_SQL = """
+SELECT machine_cores, count(*), list(DISTINCT benchmark_run_id ORDER BY benchmark_run_id)
+FROM benchmark_results WHERE runner = 'ours' AND machine_cores IS DISTINCT FROM $cores
+GROUP BY machine_cores ORDER BY machine_cores NULLS LAST
+"""
+"""Our results recorded with another core count (or none): named in the log, never used."""
 
 
-def read_winners(catalog_path: str | Path) -> dict[int, str]:
-    """Size -> fastest backend of our pipeline, each (size, backend) at its latest measurement.
+@dataclass(frozen=True)
+class Figure:
+    """One (size, backend) at its latest measurement: the median seconds of that run's
+    repetitions, and where they come from."""
+
+    size: int
+    backend: str
+    seconds: float
+    benchmark_run_id: str
+    git_commit: str | None
+    machine: str | None
+    """The ``machine`` column: the recording machine's description, as JSON."""
+
+
+@dataclass(frozen=True)
+class Elsewhere:
+    """Results of our pipeline recorded on machines with another core count (None: unknown)."""
+
+    cores: int | None
+    results: int
+    run_ids: list[str]
+
+
+@dataclass(frozen=True)
+class BenchmarkFigures:
+    """What ``benchmark_results`` holds for a machine with ``cores`` cores, and what it holds
+    for others."""
+
+    cores: int
+    """The core count the figures were selected by (this machine's)."""
+    by_size: dict[int, list[Figure]] = field(default_factory=dict)
+    """Per size, each backend's figure, fastest first; sizes with one backend included."""
+    elsewhere: list[Elsewhere] = field(default_factory=list)
+
+    @property
+    def compared(self) -> dict[int, list[Figure]]:
+        """The sizes where at least two backends were measured: the only ones with a winner."""
+        return {size: figs for size, figs in self.by_size.items() if len(figs) > 1}
+
+    @property
+    def winners(self) -> dict[int, str]:
+        """Size -> the fastest backend, at the sizes where it was compared with another."""
+        return {size: figs[0].backend for size, figs in self.compared.items()}
+
+
+def read_figures(catalog_path: str | Path, cores: int | None = None) -> BenchmarkFigures:
+    """Our pipeline's figures in ``benchmark_results`` recorded with ``cores`` cores (default
+    this machine's, counted by :func:`~llm_assets.bench.report.machine_cores` as the recorder
+    counts them), each (size, backend) at its latest measurement, and a count of the results
+    recorded with other core counts.
 
     Empty when the catalog or its ``benchmark_results`` table does not exist (nothing measured
     yet). A catalog that cannot be opened or read raises (``duckdb.Error``,
     :class:`~llm_assets.warehouse.catalog.CatalogLockedError`): that is not "no results"."""
+    cores = machine_cores() if cores is None else cores
     path = Path(catalog_path)
     if not path.exists():
-        return {}
+        return BenchmarkFigures(cores)
     with Catalog(path, lock_timeout_s=READ_TIMEOUT_S).connect(read_only=True) as con:
         (exists,) = con.execute(
             "SELECT count(*) > 0 FROM duckdb_tables() WHERE table_name = ?", [RESULTS_TABLE]
         ).fetchone()
         if not exists:
-            return {}
-        rows = con.execute(_WINNERS_SQL).fetchall()
-    return {int(size): str(backend) for size, backend in rows}
+            return BenchmarkFigures(cores)
+        rows = con.execute(_FIGURES_SQL, {"cores": cores}).fetchall()
+        elsewhere = con.execute(_ELSEWHERE_SQL, {"cores": cores}).fetchall()
+    by_size: dict[int, list[Figure]] = {}
+    for size, backend, seconds, run_id, commit, machine in rows:
+        figure = Figure(int(size), str(backend), float(seconds), str(run_id), commit, machine)
+        by_size.setdefault(figure.size, []).append(figure)
+    return BenchmarkFigures(
+        cores, by_size, [Elsewhere(c, int(n), [str(r) for r in ids]) for c, n, ids in elsewhere]
+    )
+
+
+def read_winners(catalog_path: str | Path, cores: int | None = None) -> dict[int, str]:
+    """Size -> fastest backend of our pipeline, each (size, backend) at its latest measurement,
+    at the sizes where at least two backends were measured on a machine with ``cores`` cores
+    (default this machine's); see :func:`read_figures`."""
+    return read_figures(catalog_path, cores).winners
+
+
+def describe_machine(machine: str | None) -> str:
+    """A recorded ``machine`` column (JSON) in a few words: cores, memory, platform."""
+    try:
+        info = json.loads(machine) if machine else {}
+    except ValueError:
+        return str(machine)
+    if not isinstance(info, dict):
+        return str(machine)
+    words = [
+        f"{info['cores']} cores" if "cores" in info else "",
+        f"{info['memory_gb']} GB" if "memory_gb" in info else "",
+        str(info.get("platform") or ""),
+    ]
+    return ", ".join(word for word in words if word) or "unknown machine"
+
+
+def _alone(figures: BenchmarkFigures) -> str:
+    """The sizes with only one backend measured on this machine, e.g. ``1,000 rows: ray``."""
+    return ", ".join(
+        f"{size:,} rows: {figs[0].backend}"
+        for size, figs in figures.by_size.items()
+        if len(figs) == 1
+    )
+
+
+def _left_out(figures: BenchmarkFigures) -> str:
+    """The results recorded with another core count, as the end of a log line (or nothing)."""
+    if not figures.elsewhere:
+        return ""
+    return f"; left out, recorded with another core count: {_elsewhere(figures)}"
+
+
+def _elsewhere(figures: BenchmarkFigures) -> str:
+    """``64 cores: 4 result(s) from run(s) bigbox``, one such part per other core count."""
+    return "; ".join(
+        f"{e.cores if e.cores is not None else 'unknown'} cores: {e.results} result(s) from "
+        f"run(s) {', '.join(e.run_ids)}"
+        for e in figures.elsewhere
+    )
 
 
 def choose_backend(winners: dict[int, str], rows: int) -> str | None:
@@ -152,31 +275,84 @@ class AutoBackend(ComputeBackend):
         self._make = make
         self._backends: dict[str, ComputeBackend] = {}
         self._winners: dict[int, str] | None = None
+        self.figures: BenchmarkFigures | None = None
+        """What the results held, once read (None until then, or when they could not be)."""
         self._last_rows: int | None = None
         self.choices: list[tuple[int | None, str]] = []
         """(estimated rows, backend) of every run, for tests, logs and asset metadata."""
         self._reported = 0
 
     def winners(self) -> dict[int, str]:
-        """The benchmark winners per size, read once. Falls back (empty) with the reason logged:
-        no results yet, or the error that kept them from being read."""
-        if self._winners is None:
-            try:
-                self._winners = read_winners(self.catalog_path)
-            except (duckdb.Error, CatalogLockedError, OSError) as exc:
-                self._winners = {}
-                self.log.warning(
-                    f"backend auto: cannot read the benchmark results in {self.catalog_path} "
-                    f"({type(exc).__name__}: {exc}); using {FALLBACK_BACKEND}"
-                )
-            else:
-                if not self._winners:
-                    self.log.info(
-                        f"backend auto: no benchmark results in {self.catalog_path}; using "
-                        f"{FALLBACK_BACKEND} (materialize benchmark_report to measure this "
-                        "machine)"
-                    )
+        """The benchmark winners per size, read once, with what they rest on logged: the
+        backends compared at each size and the run, commit and machine of the figures. Falls
+        back (empty) with the reason logged: no results yet, none recorded on a machine with
+        this one's core count (naming those found), no size with two backends measured, or the
+        error that kept them from being read."""
+        if self._winners is not None:
+            return self._winners
+        self._winners = {}
+        try:
+            figures = read_figures(self.catalog_path)
+        except (duckdb.Error, CatalogLockedError, OSError) as exc:
+            self.log.warning(
+                f"backend auto: cannot read the benchmark results in {self.catalog_path} "
+                f"({type(exc).__name__}: {exc}); using {FALLBACK_BACKEND}"
+            )
+            return self._winners
+        self.figures = figures
+        self._winners = figures.winners
+        measure = "materialize benchmark_report to measure this machine"
+        if not figures.by_size and not figures.elsewhere:
+            self.log.info(
+                f"backend auto: no benchmark results in {self.catalog_path}; using "
+                f"{FALLBACK_BACKEND} ({measure})"
+            )
+        elif not figures.by_size:
+            self.log.warning(
+                f"backend auto: the benchmark results in {self.catalog_path} were all recorded "
+                f"on machines with another core count ({_elsewhere(figures)}), none on one "
+                f"with this machine's {figures.cores} cores; using {FALLBACK_BACKEND} "
+                f"({measure})"
+            )
+        elif not self._winners:
+            self.log.warning(
+                f"backend auto: the benchmark results in {self.catalog_path} for this "
+                f"machine's {figures.cores} cores measured one backend per size "
+                f"({_alone(figures)}): nothing to compare; using {FALLBACK_BACKEND} ({measure} "
+                f"with at least two backends){_left_out(figures)}"
+            )
+        else:
+            self.log.info(self._basis(figures))
         return self._winners
+
+    def _basis(self, figures: BenchmarkFigures) -> str:
+        """The log line of what the winners rest on: per size the backends compared (fastest
+        first, median seconds), the run, commit and machine of those figures, and the results
+        left out for another core count."""
+        compared = figures.compared
+        per_size = "; ".join(
+            f"{size:,} rows: {figs[0].backend} (compared "
+            + ", ".join(f"{f.backend} {f.seconds:.2f} s" for f in figs)
+            + ")"
+            for size, figs in compared.items()
+        )
+        sources = sorted(
+            {
+                (f.benchmark_run_id, f.git_commit or "unknown", describe_machine(f.machine))
+                for figs in compared.values()
+                for f in figs
+            }
+        )
+        used = "; ".join(
+            f"run {run} (commit {commit}, {machine})" for run, commit, machine in sources
+        )
+        alone = _alone(figures)
+        return (
+            f"backend auto: fastest per size on this machine's {figures.cores} cores "
+            f"({self.catalog_path}): {per_size}; figures from {used}"
+            + (f"; left out, one backend measured: {alone}" if alone else "")
+            + _left_out(figures)
+        )
 
     def select(self, tasks: Sequence[Any]) -> str:
         """The backend for these tasks."""

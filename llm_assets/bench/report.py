@@ -30,7 +30,7 @@ _RESULTS_SQL = f"""
 CREATE TABLE IF NOT EXISTS {RESULTS_TABLE} (
     benchmark_run_id VARCHAR NOT NULL,
     git_commit VARCHAR,
-    recorded_at TIMESTAMP,
+    recorded_at TIMESTAMP, -- UTC (an older catalog's rows may hold the recorder's local time)
     machine_cores INTEGER,
     machine_memory_gb DOUBLE,
     machine VARCHAR,
@@ -63,11 +63,14 @@ ALTER TABLE {RESULTS_TABLE} ADD COLUMN IF NOT EXISTS stage_parts JSON;
 _COLUMNS = 28
 
 HISTORY_SQL = f"""SELECT benchmark_run_id, git_commit, size, runner, backend,
-       median(seconds) AS seconds, median(rows_per_second) AS rows_s,
+       median(seconds) AS seconds, quantile_disc(rows_in, 0.5) / median(seconds) AS rows_s,
        max(peak_total_pss_mb) AS peak_mb, min(recorded_at) AS measured_at
 FROM {RESULTS_TABLE} GROUP BY ALL ORDER BY measured_at, size, runner, backend;"""
 """Every run's medians in the order they were measured (run ids are UUIDs: their order is not
-time's). The same query opens "History in SQL" in benchmarks/README.md; a test holds them equal."""
+time's; ``recorded_at`` is UTC). ``rows_s`` is the report's figure: the lower middle rows read
+(``quantile_disc``, as :func:`statistics.median_low`) over the median seconds, not the median of
+each repetition's rows/s, which differs for an even number of repetitions. The same query opens
+"History in SQL" in benchmarks/README.md; a test holds them equal."""
 
 SIZE_MATCH = 0.10
 """The study's published row is set beside a re-measured size only within this share of its rows
@@ -78,10 +81,16 @@ STUDY_LABELS = {"single": "single process", "multiprocessing": "multiprocessing"
 
 
 # --- context --------------------------------------------------------------------------------------
+def machine_cores() -> int:
+    """This machine's core count as results record it (``machine_cores``): backend ``auto`` uses
+    only results recorded with the same count, so both must count alike."""
+    return os.cpu_count() or 1
+
+
 def machine_info() -> dict[str, Any]:
     """Cores, memory and platform of this machine (stored with every result)."""
     return {
-        "cores": os.cpu_count() or 1,
+        "cores": machine_cores(),
         "memory_gb": round(psutil.virtual_memory().total / 1024**3, 1),
         "platform": platform.platform(),
         "python": platform.python_version(),
@@ -127,7 +136,13 @@ def record_results(
     commit: str | None = None,
     recorded_at: float | None = None,
 ) -> int:
-    """Append every measured repetition to ``benchmark_results``; return the rows written."""
+    """Append every measured repetition to ``benchmark_results``; return the rows written.
+
+    ``recorded_at`` (seconds since the epoch, default now) is stored as UTC in the TIMESTAMP
+    column: converted in the session's time zone, which DuckDB takes from the recording
+    process's, the same instant would read as another time under another ``TZ``, and "the
+    latest run" (backend ``auto``, the history's order) would depend on where each run was
+    recorded."""
     machine = machine or machine_info()
     when = recorded_at if recorded_at is not None else time.time()
     rows = [
@@ -163,7 +178,9 @@ def record_results(
         ]
         for r in results
     ]
-    placeholders = ", ".join("to_timestamp(?)" if i == 2 else "?" for i in range(_COLUMNS))
+    placeholders = ", ".join(
+        "to_timestamp(?) AT TIME ZONE 'UTC'" if i == 2 else "?" for i in range(_COLUMNS)
+    )
     with catalog.connect() as con:
         con.execute(_RESULTS_SQL)
         insert_values(con, f"INSERT INTO {RESULTS_TABLE}", rows, placeholders)

@@ -33,7 +33,12 @@ from typing import Any
 from llm_assets import stages
 from llm_assets.bench.measure import ResourceSampler
 from llm_assets.bench.reference import REFERENCE_RUNNERS, STUDY_MIN_TOKENS, run_reference
-from llm_assets.compute.backends import BACKENDS, make_backend
+from llm_assets.compute.backends import (
+    BACKENDS,
+    check_backend_settings,
+    cluster_address,
+    make_backend,
+)
 from llm_assets.compute.base import Logger
 from llm_assets.compute.testing import ProbeTask, run_probe
 from llm_assets.constants import (
@@ -56,6 +61,14 @@ REFERENCE = "reference"
 STARTUP = "startup"
 CORPUS_NAME = "corpus"
 DEFAULT_SEED = 0
+CORPUS_BYTES_PER_ROW = 550
+"""Upper estimate of one generated JSONL row (514-532 bytes measured at 1K to 1M rows): the
+space a corpus needs is checked with it before it is written."""
+
+
+class DiskSpaceError(OSError):
+    """A generated corpus would not fit in the free space of its folder's file system."""
+
 
 _log = logging.getLogger("llm_assets.bench")
 
@@ -137,20 +150,58 @@ def corpus_path(data_dir: str | Path, size: int, suffix: str = ".jsonl") -> Path
     return Path(data_dir) / f"rows-{size}" / f"{CORPUS_NAME}{suffix}"
 
 
+def corpus_bytes(size: int) -> int:
+    """The bytes a generated corpus of ``size`` rows is expected to take, at most (the size of
+    its JSONL: compressed formats take less)."""
+    return size * CORPUS_BYTES_PER_ROW
+
+
+def check_corpus_space(data_dir: str | Path, sizes: Sequence[int], suffix: str = ".jsonl") -> None:
+    """Raise :class:`DiskSpaceError` when the corpora of ``sizes`` not generated yet under
+    ``data_dir`` would not fit in the free space of its file system together, naming what they
+    need and what is free: a size such as 10**11 rows (~55 TB) fails here, before anything is
+    written, instead of filling the disk."""
+    missing = sorted({s for s in sizes if not corpus_path(data_dir, s, suffix).exists()})
+    needed = sum(corpus_bytes(s) for s in missing)
+    if not needed:
+        return
+    where = Path(data_dir).resolve()
+    while not where.exists():  # the nearest folder that exists: the data folder's file system
+        where = where.parent
+    free = shutil.disk_usage(where).free
+    if needed > free:
+        corpora = ", ".join(f"{s:,}" for s in missing)
+        raise DiskSpaceError(
+            f"the generated corpora of {corpora} rows need about {needed / 1e9:,.1f} GB "
+            f"(~{CORPUS_BYTES_PER_ROW} bytes a row) but the file system of {data_dir} has "
+            f"{free / 1e9:,.1f} GB free: choose smaller sizes or another data folder"
+        )
+
+
 def ensure_corpus(
     data_dir: str | Path, size: int, seed: int = DEFAULT_SEED, suffix: str = ".jsonl"
 ) -> Path:
-    """Generate (once) a WikiText-2-like corpus of ``size`` rows with :mod:`llm_assets.datagen`."""
+    """Generate (once) a WikiText-2-like corpus of ``size`` rows with :mod:`llm_assets.datagen`.
+
+    Refuses (:class:`DiskSpaceError`) a corpus that would not fit in the free disk space before
+    writing any of it. It is written to a hidden temporary file renamed into place once
+    complete; a failure or an interruption (Ctrl-C, Dagster's run termination: both raise
+    ``KeyboardInterrupt``) removes that file, so no hidden ``.tmp<pid>-corpus.jsonl`` is left
+    behind to take the disk."""
     from llm_assets.datagen import generate_records, write_corpus
 
     path = corpus_path(data_dir, size, suffix)
     if not path.exists():
+        check_corpus_space(data_dir, [size], suffix)
         path.parent.mkdir(parents=True, exist_ok=True)
         # write_corpus picks the format from the suffix: keep it; a dot prefix hides the temporary
         # from ingest (hidden files are skipped).
         tmp = path.with_name(f".tmp{os.getpid()}-{path.name}")
-        write_corpus(tmp, generate_records(size, seed), seed=seed)
-        tmp.replace(path)
+        try:
+            write_corpus(tmp, generate_records(size, seed), seed=seed)
+            tmp.replace(path)
+        finally:
+            tmp.unlink(missing_ok=True)  # gone after the rename; else what an error left
     return path
 
 
@@ -312,7 +363,15 @@ def run_reference_measured(
 # --- a whole benchmark ----------------------------------------------------------------------------
 @dataclass(frozen=True)
 class BenchmarkPlan:
-    """What to run: sizes x (our backends + the study's runners) x repetitions."""
+    """What to run: sizes x (our backends + the study's runners) x repetitions.
+
+    Sizes, backends and study runners named twice are measured once (the first mention keeps
+    its place), as the benchmark asset and ``compare_study.py`` treat sizes: a repeated backend
+    would otherwise run twice, filing two rows as repetition 1. Settings no run can
+    use are refused when the plan is made, before any corpus is generated: among them
+    ``workers`` beyond the compute backends' limit
+    (:func:`~llm_assets.compute.backends.check_backend_settings`), which the study's runners
+    start as many processes for as ours do."""
 
     sizes: tuple[int, ...] = (1_000, 32_000, 200_000)
     backends: tuple[str, ...] = BACKENDS
@@ -326,10 +385,21 @@ class BenchmarkPlan:
     workload: Workload = field(default_factory=Workload)
 
     def __post_init__(self) -> None:
+        for name in ("sizes", "backends", "reference_runners"):
+            object.__setattr__(self, name, tuple(dict.fromkeys(getattr(self, name))))
         if self.repetitions < 1:
             raise ValueError(f"repetitions must be >= 1, got {self.repetitions}")
-        if self.workers < 0:
-            raise ValueError(f"workers must be >= 0 (0: every core), got {self.workers}")
+        # The backends' own check of workers (max_attempts and the timeout are theirs, not the
+        # plan's: the benchmark builds backends with valid defaults). Ray on an existing cluster
+        # does not use workers, so only a plan of nothing else is free of the limit.
+        on_cluster = (
+            bool(self.backends)
+            and not self.reference_runners
+            and all(cluster_address(b, None) for b in self.backends)
+        )
+        check_backend_settings(
+            self.workers, max_attempts=1, task_timeout_s=None, on_cluster=on_cluster
+        )
         if not self.sizes or any(s < 1 for s in self.sizes):
             raise ValueError(f"sizes must be positive row counts, got {self.sizes}")
         for backend in self.backends:
@@ -372,8 +442,11 @@ def run_benchmark(
     one-off costs of a fresh driver (imports, file cache) that no repetition should carry.
     ``on_result`` gets each measured repetition as soon as it is measured: a caller that records
     it there keeps what was measured when a later run fails (the failure still propagates).
+    Corpora that would not fit on disk together are refused (:class:`DiskSpaceError`) before
+    any is generated.
     """
     log = log or _log
+    check_corpus_space(data_dir, plan.sizes)  # every corpus this plan writes, before the first
     workers = plan.workers or (os.cpu_count() or 1)
     results: list[RunResult] = []
     warmed: set[tuple[str, str]] = set()

@@ -1,5 +1,6 @@
-"""Backend ``auto``: per (size, backend) its latest measurement, the fastest at the nearest size,
-else in_process; and the default setup, where the results live in the catalog a stage holds."""
+"""Backend ``auto``: per (size, backend) its latest measurement on a machine with this machine's
+core count, the fastest at the nearest size where two backends or more were measured, else
+in_process; and the default setup, where the results live in the catalog a stage holds."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 import zstandard
 
 from llm_assets.bench.auto import AutoBackend, choose_backend, estimate_rows, read_winners
-from llm_assets.bench.report import recommendations, record_results, winners
+from llm_assets.bench.report import machine_cores, recommendations, record_results, winners
 from llm_assets.bench.runner import OURS, REFERENCE, RunResult, summarize
 from llm_assets.compute.backends import make_backend
 from llm_assets.compute.resource import ComputeResource
@@ -30,7 +31,9 @@ from llm_assets.datagen import write_corpus
 from llm_assets.warehouse.catalog import Catalog
 from llm_assets_tests.conftest import SAMPLE_DIR, pipeline_run_config
 
-MACHINE = {"cores": 2, "memory_gb": 24.0}
+MACHINE = {"cores": machine_cores(), "memory_gb": 24.0}
+"""This machine as results record it: auto uses only results of a machine with its core count."""
+OTHER_MACHINE = {"cores": machine_cores() + 62, "memory_gb": 512.0, "platform": "bigbox-os"}
 
 
 def _result(size: int, backend: str, seconds: float, runner: str = OURS, rep: int = 1):
@@ -76,8 +79,12 @@ def test_median_winner_per_size_each_backend_at_its_latest_run(tmp_path):
     assert read_winners(catalog.path) == {
         1_000: "in_process",  # ray's 0.1 s is replaced by its later 9.0 s
         200_000: "multiprocess",
-        1_000_000: "ray",  # measured only in the older run: still counts
+        # 1,000,000: only ray was ever measured there, so it won nothing
     }
+    old_mp = [_result(1_000_000, "multiprocess", 2.0)]
+    record_results(catalog, "old-mp", old_mp, machine=MACHINE, recorded_at=500.0)
+    # Measured in an older run than the latest at other sizes: still counts, beside ray's.
+    assert read_winners(catalog.path)[1_000_000] == "ray"
 
 
 def test_a_partial_run_replaces_only_what_it_measured(tmp_path):
@@ -117,6 +124,72 @@ def test_report_and_auto_agree_on_the_median_of_two_repetitions(tmp_path):
     assert winners(summaries)[1_000].backend == "multiprocess"
     assert recommendations(summaries)[0].startswith("- **1,000 rows: `multiprocess`**")
     assert read_winners(catalog.path) == {1_000: "multiprocess"}
+
+
+def test_a_size_where_one_backend_was_measured_has_no_winner(tmp_path):
+    """Before, the only backend measured at a size was its winner: after a run of Ray alone at
+    1,000 rows (whose own report says "no recommendation") auto sent every stage to Ray, and a
+    1M-row Ray-only figure took every stage above ~450K rows away from the measured winner."""
+    catalog = Catalog(tmp_path / "catalog.duckdb")
+    record_results(catalog, "ray-only", [_result(1_000, "ray", 3.1)], machine=MACHINE)
+    assert read_winners(catalog.path) == {}
+    log = Log()
+    backend = make_backend("auto", benchmark_catalog=str(catalog.path), logger=log)
+    try:
+        assert backend.run(run_probe, [ProbeTask("a", 2)])[0]["value"] == 4
+        assert backend.choices == [(None, "in_process")]
+    finally:
+        backend.close()
+    (warning,) = [m for level, m in log.messages if level == "warning"]
+    assert "one backend per size (1,000 rows: ray)" in warning and "using in_process" in warning
+
+    partial = Catalog(tmp_path / "partial.duckdb")
+    runs = [
+        _result(1_000, "in_process", 0.7),
+        _result(1_000, "multiprocess", 1.3),
+        _result(200_000, "in_process", 7.3),
+        _result(200_000, "multiprocess", 5.1),
+        _result(1_000_000, "ray", 40.0),
+    ]
+    record_results(partial, "a", runs, machine=MACHINE)
+    assert read_winners(partial.path) == {1_000: "in_process", 200_000: "multiprocess"}
+    assert choose_backend(read_winners(partial.path), 5_000_000) == "multiprocess"
+
+
+def test_results_of_a_machine_with_another_core_count_are_not_used(tmp_path):
+    """Before, results recorded on a 64-core machine chose this machine's backend: auto read
+    every row of benchmark_results whatever machine_cores said, and logged nothing of where its
+    figures came from."""
+    catalog = Catalog(tmp_path / "catalog.duckdb")
+    big = [_result(1_000, "in_process", 0.7), _result(1_000, "multiprocess", 0.4)]
+    record_results(catalog, "bigbox", big, machine=OTHER_MACHINE, commit="0000old")
+    assert read_winners(catalog.path) == {}
+    assert read_winners(catalog.path, cores=OTHER_MACHINE["cores"]) == {1_000: "multiprocess"}
+    log = Log()
+    backend = make_backend("auto", benchmark_catalog=str(catalog.path), logger=log)
+    try:
+        assert backend.run(run_probe, [ProbeTask("a", 2)])[0]["value"] == 4
+        assert backend.choices == [(None, "in_process")]
+    finally:
+        backend.close()
+    (warning,) = [m for level, m in log.messages if level == "warning"]
+    assert f"{OTHER_MACHINE['cores']} cores: 2 result(s) from run(s) bigbox" in warning
+    assert f"this machine's {machine_cores()} cores" in warning and "using in_process" in warning
+
+    # This machine's own results count, though older than the other machine's at that size.
+    here = [_result(1_000, "in_process", 0.5), _result(1_000, "multiprocess", 1.5)]
+    record_results(catalog, "here", here, machine=MACHINE, commit="abc123", recorded_at=1_000.0)
+    assert read_winners(catalog.path) == {1_000: "in_process"}
+    log = Log()
+    backend = make_backend("auto", benchmark_catalog=str(catalog.path), logger=log)
+    try:
+        assert backend.select([ProbeTask("a", 2)]) == "in_process"
+    finally:
+        backend.close()
+    (basis,) = [m for level, m in log.messages if "fastest per size" in m]
+    assert "1,000 rows: in_process (compared in_process 0.50 s, multiprocess 1.50 s)" in basis
+    assert f"run here (commit abc123, {machine_cores()} cores, 24.0 GB)" in basis
+    assert "left out, recorded with another core count" in basis and "bigbox" in basis
 
 
 def test_nearest_measured_size_on_a_log_scale():
@@ -222,7 +295,8 @@ def test_default_setup_auto_runs_the_pipeline_on_the_benchmarks_winner(tmp_path,
     """The default setup, as a user runs it: both jobs with the definitions' own resources (the
     warehouse at data/warehouse, auto reading data/warehouse/catalog.duckdb); first the benchmark,
     then llm_pipeline with backend auto, whose stages hold that same catalog open while auto reads
-    the results. Only multiprocess is measured, so a fallback to in_process cannot pass."""
+    the results. Only multiprocess is measured for real, beside an in_process figure far slower
+    recorded by hand (auto needs two backends at a size): a fallback to in_process cannot pass."""
     from llm_assets.definitions import defs
 
     monkeypatch.chdir(tmp_path)
@@ -236,6 +310,8 @@ def test_default_setup_auto_runs_the_pipeline_on_the_benchmarks_winner(tmp_path,
     )
     assert benchmark.success
     catalog_path = tmp_path / DEFAULT_WAREHOUSE_DIR / CATALOG_FILE
+    slow = [_result(200, "in_process", 1_000.0)]
+    record_results(Catalog(catalog_path), "slow-in-process", slow, machine=MACHINE)
     assert read_winners(catalog_path) == {200: "multiprocess"}
 
     run_config = pipeline_run_config(tmp_path / "input")

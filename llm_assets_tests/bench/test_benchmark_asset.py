@@ -9,6 +9,7 @@ from llm_assets.assets.benchmark import benchmark_report
 from llm_assets.bench.report import HISTORY_SQL, RESULTS_TABLE
 from llm_assets.constants import BENCHMARK_JOB, BENCHMARK_REPORT, PIPELINE_JOB
 from llm_assets.warehouse.resource import WarehouseResource
+from llm_assets_tests.bench.test_plan import TOO_MANY_WORKERS
 
 
 def _materialize(root, backends, include_reference=True, **overrides):
@@ -115,6 +116,8 @@ def test_a_failure_midway_keeps_what_was_measured_and_fails_the_run(tmp_path):
     [
         ({"backends": [], "include_reference": False}, "nothing to measure"),
         ({"workers": -1}, "workers must be >= 0"),
+        # Before, refused only by each run's own process, after its corpus was generated.
+        ({"workers": TOO_MANY_WORKERS}, f"workers {TOO_MANY_WORKERS} is more than"),
     ],
 )
 def test_a_plan_that_cannot_run_is_refused_before_any_work(tmp_path, overrides, message):

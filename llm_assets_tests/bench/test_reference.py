@@ -65,6 +65,26 @@ def test_multiprocessing_output_equals_single(tiny_input, tmp_path):
     )
 
 
+def test_multiprocessing_start_up_waits_for_every_workers_tokenizer(tiny_input, tmp_path):
+    """Before, the start-up time was taken when ``Pool()`` returned, before the initializers had
+    loaded a single tokenizer: ~0.02 s reported for a second or more. It must be at least what
+    one spawned process takes to load the tokenizer (half of it here: two workers on busy cores
+    only take longer)."""
+    import multiprocessing
+    import time
+
+    ctx = multiprocessing.get_context("spawn")
+    started = time.perf_counter()
+    one = ctx.Process(target=reference._init_worker, args=(reference.STUDY_MIN_TOKENS,))
+    one.start()
+    one.join()
+    alone = time.perf_counter() - started
+    assert one.exitcode == 0
+    result = reference.run_multiprocessing(tiny_input, tmp_path / "multi.jsonl", workers=2)
+    assert result.startup_seconds >= 0.5 * alone, (result.startup_seconds, alone)
+    assert result.startup_seconds <= result.seconds
+
+
 def test_study_batch_size():
     assert reference.study_batch_size(1_000, 8) == 100
     assert reference.study_batch_size(32_432, 8) == 405

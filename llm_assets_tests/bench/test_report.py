@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import pickle
 import subprocess
+import sys
 from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
 
 from llm_assets.bench.report import (
@@ -124,6 +128,66 @@ def test_results_table_of_an_older_catalog_gains_the_parts_column(tmp_path):
         "ORDER BY benchmark_run_id"
     )
     assert rows == [("new", "0.5"), ("old", None)]
+
+
+def _record_in_time_zone(
+    catalog: Path, run_id: str, when: float, tz: str, seconds: dict[str, float]
+) -> None:
+    """record_results in a process of its own whose local time zone is ``tz``."""
+    runs = [_run(OURS, backend, 1, s) for backend, s in sorted(seconds.items())]
+    code = (
+        "import pickle, sys; from llm_assets.bench.report import record_results; "
+        "from llm_assets.warehouse.catalog import Catalog; "
+        "runs = pickle.loads(sys.stdin.buffer.read()); "
+        f"record_results(Catalog({str(catalog)!r}), {run_id!r}, runs, recorded_at={when!r}, "
+        "machine={'cores': 2, 'memory_gb': 1.0})"
+    )
+    subprocess.run(
+        [sys.executable, "-c", code],
+        input=pickle.dumps(runs),
+        env={**os.environ, "TZ": tz},
+        check=True,
+    )
+
+
+def test_recorded_at_is_utc_whatever_the_recorders_time_zone(tmp_path):
+    """Before, recorded_at was the recording process's local time: a run recorded at 08:00 UTC
+    from Tokyo (17:00 there) sorted after one recorded two hours later from New York (05:00
+    there), so auto took the older run's figures as the latest and the history listed the runs
+    in the wrong order."""
+    from llm_assets.bench.auto import read_winners
+
+    path = tmp_path / "catalog.duckdb"
+    earlier = 1_800_000_000.0
+    later = earlier + 7_200
+    _record_in_time_zone(
+        path, "A-earlier", earlier, "Asia/Tokyo", {"in_process": 0.7, "multiprocess": 1.3}
+    )
+    _record_in_time_zone(
+        path, "B-later", later, "America/New_York", {"in_process": 0.9, "multiprocess": 0.5}
+    )
+    rows = Catalog(path).query(
+        f"SELECT DISTINCT benchmark_run_id, recorded_at FROM {RESULTS_TABLE} ORDER BY 1"
+    )
+    utc = [datetime.fromtimestamp(t, UTC).replace(tzinfo=None) for t in (earlier, later)]
+    assert rows == [("A-earlier", utc[0]), ("B-later", utc[1])]
+    assert read_winners(path, cores=2) == {1000: "multiprocess"}  # B's: the later run
+    history = Catalog(path).query(HISTORY_SQL)
+    assert [row[0] for row in history] == ["A-earlier"] * 2 + ["B-later"] * 2
+
+
+def test_history_rows_per_second_is_the_reports_figure(tmp_path):
+    """Before, the history query (the asset's ``query``) took the median of each repetition's
+    rows/s while the report divides the rows by the median seconds: with two repetitions of
+    1 s and 3 s on 1,000 rows the report said 500 rows/s and the history 667."""
+    runs = [_run(OURS, "in_process", 1, 1.0), _run(OURS, "in_process", 2, 3.0)]
+    runs += [_run(REFERENCE, "single", rep, s) for rep, s in ((1, 2.0), (2, 5.0), (3, 4.0))]
+    catalog = Catalog(tmp_path / "catalog.duckdb")
+    record_results(catalog, "run", runs)
+    report = {(s.runner, s.backend): s.median.rows_per_second for s in summarize(runs)}
+    assert report[(OURS, "in_process")] == 500.0
+    history = {(row[3], row[4]): row[6] for row in catalog.query(HISTORY_SQL)}
+    assert history == report
 
 
 # --- history in SQL -------------------------------------------------------------------------------
