@@ -1,6 +1,6 @@
 """The five pipeline assets: thin wrappers that read config and call :mod:`llm_assets.stages`."""
 
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
@@ -225,16 +225,23 @@ def _asset_kwargs(name: str) -> dict[str, Any]:
     }
 
 
-def validate_run_config(run_config: dict[str, Any] | None, data_root: Path) -> None:
+def validate_run_config(
+    run_config: dict[str, Any] | None, data_root: Path, steps: Collection[str] | None = None
+) -> None:
     """Turn every step's config into its spec. Every asset calls this first, so whichever step
     a run starts with, a bad setting of any of its steps fails the run there, before any shard
     is computed, with a message naming the op and the setting. (Dagster checks only the
     settings' types when the run starts; a step left out of the run has no config in it and is
     checked with its defaults.)
 
-    The same builders as the assets', so nothing is checked twice in two ways. Cheap: no
-    tokenizer is built (a tokenizer path is looked at on disk), only a custom flagged-word list
-    is read (once per process). Raises :class:`~llm_assets.stages.StageInputError`.
+    With ``training_batches`` among ``steps`` (the run's assets, :func:`run_steps`; None: all),
+    the tokenizer must also have the EOS token that step's layout needs (:func:`_check_eos`). A
+    run without it is not held to its defaults there: it cannot even carry its config.
+
+    The same builders as the assets', so nothing is checked twice in two ways. Cheap for the
+    defaults: GPT-2 is not built, only a custom flagged-word list is read (once per process),
+    and a local tokenizer is built once per process while its files are unchanged. Raises
+    :class:`~llm_assets.stages.StageInputError`.
     """
     ops = (run_config or {}).get("ops") or {}
 
@@ -246,11 +253,51 @@ def validate_run_config(run_config: dict[str, Any] | None, data_root: Path) -> N
     with _config_errors(NORMALIZED_DOCUMENTS):
         normalize_spec(NormalizeConfig(**op_config(NORMALIZED_DOCUMENTS)))
     with _config_errors(TOKENIZED_DOCUMENTS):
-        tokenizer_spec(TokenizeConfig(**op_config(TOKENIZED_DOCUMENTS)), data_root)
+        tokenizer = tokenizer_spec(TokenizeConfig(**op_config(TOKENIZED_DOCUMENTS)), data_root)
     with _config_errors(FILTERED_DOCUMENTS):
         filter_spec(FilterConfig(**op_config(FILTERED_DOCUMENTS)), data_root)
     with _config_errors(TRAINING_BATCHES):
-        _batch_spec(BatchesConfig(**op_config(TRAINING_BATCHES)))
+        batches_config = BatchesConfig(**op_config(TRAINING_BATCHES))
+        batches = _batch_spec(batches_config)
+    if steps is None or TRAINING_BATCHES in steps:
+        _check_eos(tokenizer, batches, megatron=batches_config.megatron)
+
+
+def run_steps(context: dg.AssetExecutionContext) -> frozenset[str]:
+    """The steps (here: the assets) the run executes: those selected, or all of its job's."""
+    keys = context.run.step_keys_to_execute
+    if keys is None:
+        keys = [node.name for node in context.job_def.nodes]
+    return frozenset(keys)
+
+
+def _check_eos(tokenizer: TokenizerSpec, batches: BatchSpec, *, megatron: bool) -> None:
+    """Before any work, the check ``training_batches`` makes on its input's footer
+    (:func:`~llm_assets.stages._eos_id`), made on the footer the tokenizer will write: else a
+    tokenizer without EOS fails the last step, after tokenizing and filtering everything. A
+    bare ``tokenizer.json`` is the usual cause: it names no special token's role, which the
+    ``tokenizer_config.json`` that ``save_pretrained`` writes beside it does."""
+    try:
+        stages._eos_id(
+            stages.tokenizer_metadata(tokenizer),
+            batches,
+            megatron,
+            sft=tokenizer.prompt_template is not None,
+        )
+    except stages.StageInputError as exc:
+        path = Path(tokenizer.name)
+        if tokenizer.name == GPT2 or not path.is_file():
+            raise
+        folder = (
+            f"its folder {str(path.parent)!r}, which holds one"
+            if (path.parent / "tokenizer_config.json").is_file()
+            else "a folder written by save_pretrained"
+        )
+        raise stages.StageInputError(
+            f"{exc}. {TOKENIZED_DOCUMENTS}: tokenizer {tokenizer.name!r} is a bare tokenizer "
+            "file, which names no EOS (nor padding) token: transformers reads them from a "
+            f"tokenizer_config.json; set tokenizer to {folder}"
+        ) from exc
 
 
 @contextmanager
@@ -282,7 +329,10 @@ def normalize_spec(config: NormalizeConfig) -> NormalizeSpec:
 
 def tokenizer_spec(config: TokenizeConfig, data_root: Path) -> TokenizerSpec:
     """The tokenizer of ``tokenized_documents``. A tokenizer path is an input like any other:
-    it must exist (the spec checks, on disk only) and resolve inside the data root."""
+    it must exist (the spec checks, on disk only) and resolve inside the data root. It is then
+    built (once per process while its files are unchanged, and the driver needs it for the
+    footers anyway), so a file transformers cannot read fails here, named, not at the first
+    shard; GPT-2 ships with the package and is not built."""
     spec = TokenizerSpec(
         name=config.tokenizer,
         engine=config.engine,
@@ -291,6 +341,7 @@ def tokenizer_spec(config: TokenizeConfig, data_root: Path) -> TokenizerSpec:
     )
     if spec.name != GPT2:
         inside(spec.name, data_root, "tokenizer")
+        spec.build()
     return spec
 
 
@@ -384,7 +435,7 @@ def raw_documents(
 ) -> dg.MaterializeResult:
     """Every input file (JSONL, JSONL.gz/.zst, Parquet, CSV, TXT) as one row per document, with a
     stable ``doc_id`` and its source file and line; unreadable records are rejects with a reason."""
-    validate_run_config(context.run.run_config, warehouse.data_root_path)
+    validate_run_config(context.run.run_config, warehouse.data_root_path, run_steps(context))
     spec = ingest_spec(config)
     ctx = _context(context, compute, warehouse)
     report = stages.run_raw_documents(
@@ -401,7 +452,7 @@ def normalized_documents(
     warehouse: WarehouseResource,
 ) -> dg.MaterializeResult:
     """The documents' text after a named normalization preset."""
-    validate_run_config(context.run.run_config, warehouse.data_root_path)
+    validate_run_config(context.run.run_config, warehouse.data_root_path, run_steps(context))
     spec = normalize_spec(config)
     ctx = _context(context, compute, warehouse)
     report = stages.run_normalized_documents(ctx, spec)
@@ -419,7 +470,7 @@ def tokenized_documents(
 ) -> dg.MaterializeResult:
     """Token ids (all of them, no truncation) and counts, with the tokenizer's name and
     vocabulary fingerprint in every shard's footer."""
-    validate_run_config(context.run.run_config, warehouse.data_root_path)
+    validate_run_config(context.run.run_config, warehouse.data_root_path, run_steps(context))
     spec = tokenizer_spec(config, warehouse.data_root_path)
     ctx = _context(context, compute, warehouse)
     report = stages.run_tokenized_documents(ctx, spec)
@@ -439,7 +490,7 @@ def filtered_documents(
     warehouse: WarehouseResource,
 ) -> dg.MaterializeResult:
     """The documents that pass every filter; each dropped one is a reject with reason and value."""
-    validate_run_config(context.run.run_config, warehouse.data_root_path)
+    validate_run_config(context.run.run_config, warehouse.data_root_path, run_steps(context))
     spec = filter_spec(config, warehouse.data_root_path)
     ctx = _context(context, compute, warehouse)
     report = stages.run_filtered_documents(ctx, spec)
@@ -456,7 +507,7 @@ def training_batches(
     """Shuffled (seeded), split into train/validation by document, and packed (padding-free) or
     padded into fixed-length sequences; ZSTD Parquet with the tokenizer and layout in its schema
     metadata."""
-    validate_run_config(context.run.run_config, warehouse.data_root_path)
+    validate_run_config(context.run.run_config, warehouse.data_root_path, run_steps(context))
     spec = _batch_spec(config)
     ctx = _context(context, compute, warehouse)
     report = stages.run_training_batches(ctx, spec, config.zstd_level, megatron=config.megatron)

@@ -13,13 +13,18 @@ nothing is downloaded. Two engines read those same files:
 Both engines encode special-token strings such as ``<|endoftext|>`` found in the text as plain
 text: a document must not be able to inject an end-of-document marker into packed sequences.
 
+A local tokenizer is read from the files transformers builds it from (:data:`HF_LOADER_FILES`
+and its class's vocabulary files), and only those make its fingerprint: a model folder's weights
+are never read. The config check builds it (:func:`~llm_assets.assets.pipeline.tokenizer_spec`),
+so a file that is not a tokenizer fails before any work, named, rather than at the first shard.
+
 For GPT-2, :meth:`Tokenizer.encode_arrow` encodes each distinct word of a batch once instead of
 every occurrence (GPT-2's pre-tokenizer starts a new piece at every single space between words, so
 a row's ids are its words' ids in order); rows with any other whitespace are encoded whole. Tests
 check it against row-by-row encoding on random text.
 
-Stored ids are never truncated. They are ``uint16`` when the vocabulary fits (GPT-2 does),
-``int32`` otherwise.
+Stored ids are never truncated. They are ``uint16`` when the highest id fits (GPT-2's does),
+``int32`` otherwise: a vocabulary's ids may have gaps, so its size is its highest id + 1.
 """
 
 from __future__ import annotations
@@ -28,7 +33,9 @@ import hashlib
 import importlib.util
 import itertools
 import json
+import os
 import string
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -61,6 +68,19 @@ ENGINES = ("auto", "tiktoken", "hf")
 TOKENIZE_STAGE = "tokenize"
 HF_FOLDER_FILES = ("tokenizer.json", "tokenizer_config.json")
 """A tokenizer folder holds at least one of these (what ``AutoTokenizer`` reads locally)."""
+HF_LOADER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "config.json",
+)
+"""What transformers reads from a tokenizer folder whatever the tokenizer's class (``config.json``
+too: ``AutoTokenizer`` picks the class from it). The class adds its own vocabulary files (its
+``vocab_files_names``: GPT-2's ``vocab.json`` and ``merges.txt``, a sentencepiece model, ...).
+Nothing else in the folder, such as a model's weights, is read, hashed or watched."""
+_HASH_CHUNK = 1 << 20
+_LOCAL_CACHE_SIZE = 8
 MISSING_PROMPT_FIELD = "missing_prompt_field"
 
 
@@ -85,7 +105,8 @@ def gpt2_files() -> tuple[Path, Path]:
 
 
 def token_dtype(vocab_size: int) -> pa.DataType:
-    """The narrowest Arrow integer type that holds every id of the vocabulary."""
+    """The narrowest Arrow integer type that holds every id of the vocabulary (``vocab_size``:
+    its highest id + 1)."""
     return pa.uint16() if vocab_size <= 65536 else pa.int32()
 
 
@@ -103,6 +124,7 @@ class Tokenizer:
     """SHA-256 of the vocabulary files: two tokenizers with the same fingerprint give the same
     ids, whatever their name or engine."""
     vocab_size: int
+    """Highest id + 1 (not the number of tokens: ids may have gaps): stored ids fit below it."""
     eos_id: int | None
     pad_id: int
     encoder: _Encoder
@@ -111,6 +133,9 @@ class Tokenizer:
     (each but the first with its leading space) whenever the text's only whitespace is single
     ASCII spaces between words: GPT-2's pre-tokenizer always starts a new piece at such a space.
     :meth:`encode_arrow` then encodes each distinct word once per batch."""
+    sources: tuple[str, ...] = ()
+    """A local tokenizer's files that transformers reads, present or not (those present make the
+    fingerprint): a change to any of them builds it again (:func:`_build`)."""
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         """Token ids of every text, in order, without truncation or special tokens."""
@@ -170,7 +195,9 @@ class TokenizerSpec:
                 )
 
     def build(self) -> Tokenizer:
-        """The tokenizer, built once per process (a per-process cache, as kernels may keep)."""
+        """The tokenizer, built once per process (a per-process cache, as kernels may keep) and
+        again when a local tokenizer's files change. A local one that cannot be built is a
+        :class:`TokenizerError` naming its path."""
         return _build(self.name, self.engine, self.threads)
 
     def identity(self) -> TokenizerIdentity:
@@ -204,19 +231,60 @@ class TokenizerIdentity:
     pad_id: int
 
 
-@lru_cache(maxsize=8)
+_local_builds: dict[tuple[str, str, int], tuple[tuple, Tokenizer]] = {}
+"""(name, engine, threads) -> (its sources' :func:`_files_state` when built, the tokenizer), the
+most recently used last."""
+
+
 def _build(name: str, engine: str, threads: int) -> Tokenizer:
+    """The tokenizer from a per-process cache. GPT-2's files belong to an installed package; a
+    local tokenizer is built again once one of its sources is written, replaced, added or removed,
+    so a later run in the same process (API or notebook use) never keeps an earlier version's ids
+    and fingerprint, nor with them reuses the shards that version tokenized. Checking costs a
+    stat per source."""
     if name == GPT2:
-        if engine in ("auto", "tiktoken"):
-            return _gpt2_tiktoken(threads)
-        return _gpt2_hf()
-    return _hf_local(Path(name))
+        return _build_gpt2(engine, threads)
+    key = (name, engine, threads)
+    cached = _local_builds.pop(key, None)
+    if cached is None or cached[0] != _files_state(cached[1].sources):
+        tok = _hf_local(Path(name))
+        cached = (_files_state(tok.sources), tok)
+    _local_builds[key] = cached
+    while len(_local_builds) > _LOCAL_CACHE_SIZE:
+        del _local_builds[next(iter(_local_builds))]
+    return cached[1]
+
+
+@lru_cache(maxsize=4)
+def _build_gpt2(engine: str, threads: int) -> Tokenizer:
+    if engine in ("auto", "tiktoken"):
+        return _gpt2_tiktoken(threads)
+    return _gpt2_hf()
+
+
+def _files_state(paths: Iterable[str]) -> tuple[tuple[int, int, int, int] | None, ...]:
+    """Size, mtime, ctime and inode of each file, None for one that is absent: a file written,
+    replaced or restored from a backup changes at least one of them, and a stat reads none of
+    its bytes."""
+    state: list[tuple[int, int, int, int] | None] = []
+    for path in paths:
+        try:
+            st = os.stat(path)
+        except OSError:
+            state.append(None)
+        else:
+            state.append((st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino))
+    return tuple(state)
 
 
 def _files_fingerprint(*paths: Path) -> str:
+    """SHA-256 of the files' bytes, each followed by a NUL, read in 1 MiB chunks: memory stays
+    flat whatever their size."""
     digest = hashlib.sha256()
     for path in paths:
-        digest.update(path.read_bytes())
+        with path.open("rb") as handle:
+            while chunk := handle.read(_HASH_CHUNK):
+                digest.update(chunk)
         digest.update(b"\0")
     return digest.hexdigest()[:32]
 
@@ -344,27 +412,57 @@ def _gpt2_hf() -> Tokenizer:
 
 
 def _hf_local(path: Path) -> Tokenizer:
+    """A ``tokenizer.json`` file or a tokenizer folder through transformers. Whatever fails while
+    building it (a file that is not a tokenizer, a folder without the files its class needs) is a
+    :class:`TokenizerError` naming the path and the files read, with transformers' reason."""
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-    if path.is_file():
-        tok = PreTrainedTokenizerFast(tokenizer_file=str(path))
-        files = [path]
-    else:
-        tok = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
-        files = sorted(p for p in path.iterdir() if p.is_file())
-    if len(tok) == 0:
+    try:
+        if path.is_file():
+            tok = PreTrainedTokenizerFast(tokenizer_file=str(path))
+        else:
+            tok = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+        ids = tok.get_vocab().values()
+    except Exception as exc:  # tokenizers raises bare Exceptions for unreadable JSON
+        reason = " ".join(f"{type(exc).__name__}: {exc}".split())
+        raise TokenizerError(
+            f"tokenizer {str(path)!r} ({_present_names(path)}) cannot be built by transformers: "
+            f"{reason}. Give a tokenizer.json (tokenizers' format), or a folder written by "
+            "save_pretrained"
+        ) from exc
+    if not ids:
         raise TokenizerError(f"tokenizer at {path} has an empty vocabulary")
     eos_id = tok.eos_token_id
     pad_id = tok.pad_token_id if tok.pad_token_id is not None else eos_id
+    sources = _local_sources(path, type(tok))
     return Tokenizer(
         name=str(path),
         engine="hf",
-        fingerprint=_files_fingerprint(*files),
-        vocab_size=len(tok),
+        fingerprint=_files_fingerprint(*(Path(p) for p in sources if Path(p).is_file())),
+        vocab_size=max(ids) + 1,
         eos_id=eos_id,
         pad_id=0 if pad_id is None else pad_id,
         encoder=_hf_encoder(tok),
+        sources=sources,
     )
+
+
+def _local_sources(path: Path, tokenizer_class: type) -> tuple[str, ...]:
+    """The files a local tokenizer is read from, in name order: the file itself, or in a folder
+    :data:`HF_LOADER_FILES` and the class's vocabulary files, present or not."""
+    if path.is_file():
+        return (str(path),)
+    names = set(HF_LOADER_FILES) | set(getattr(tokenizer_class, "vocab_files_names", {}).values())
+    return tuple(str(path / name) for name in sorted(names))
+
+
+def _present_names(path: Path) -> str:
+    """What a tokenizer path holds, for error messages: a file's name, or a folder's
+    :data:`HF_LOADER_FILES` that exist."""
+    if path.is_file():
+        return f"file {path.name}"
+    present = [name for name in HF_LOADER_FILES if (path / name).is_file()]
+    return f"folder with {', '.join(present) or f'none of {HF_LOADER_FILES}'}"
 
 
 def prompt_fields(template: str) -> list[str]:

@@ -1062,3 +1062,90 @@ def test_a_deleted_rejects_file_is_written_again_and_breaks_no_run(sample_input,
     assert Path(path).read_bytes() == content
     after = catalog.query("SELECT stage, reason, count(*) FROM rejects GROUP BY ALL ORDER BY ALL")
     assert after == before
+
+
+def _gpt2_tokenizer_folder(folder: Path) -> Path:
+    """GPT-2 as ``save_pretrained`` writes a tokenizer: a tokenizer.json (the vocabulary, with no
+    special token's role) and the tokenizer_config.json that names eos_token."""
+    from llm_assets.lib.tokenization import gpt2_hf_tokenizer
+
+    gpt2_hf_tokenizer().save_pretrained(folder)
+    return folder
+
+
+def test_the_readmes_bare_tokenizer_json_fails_the_first_step_saying_to_use_its_folder(
+    sample_input, tmp_path
+):
+    """Before, the README's own example (``tokenizer: /models/my-tokenizer/tokenizer.json``
+    with the default packed layout) tokenized and filtered everything and failed at the last
+    step, training_batches, with "has no EOS token": a bare tokenizer.json names no EOS. Now the
+    first step fails before any work, saying to point at the folder (whose
+    tokenizer_config.json names it); the folder passes, and so does a layout that needs no
+    EOS."""
+    folder = _gpt2_tokenizer_folder(tmp_path / "my-tokenizer")
+    bare = {"tokenizer": str(folder / "tokenizer.json")}
+    result = materialize(
+        sample_input, tmp_path / "wh", tokenized_documents=bare, training_batches={"seq_len": 64}
+    )
+    assert not result.success
+    failed = [e.step_key for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    assert failed == [RAW_DOCUMENTS]
+    message = _failure_message(result)
+    assert "has no EOS token" in message and "layout packed" in message
+    assert "tokenized_documents: tokenizer" in message and "bare tokenizer file" in message
+    assert f"set tokenizer to its folder {str(folder)!r}" in message
+    assert not (tmp_path / "wh" / RAW_DOCUMENTS).exists()
+    for tokenizer, batches in (
+        ({"tokenizer": str(folder)}, {}),
+        (bare, {"layout": "padded", "seq_len": 64}),
+    ):
+        config = pipeline_run_config(
+            sample_input, tokenized_documents=tokenizer, training_batches=batches
+        )
+        validate_run_config(config, tmp_path)
+
+
+def test_a_run_without_training_batches_is_not_held_to_its_eos_need(sample_input, tmp_path):
+    """The early EOS check is training_batches' own: a run that does not batch may tokenize
+    with a tokenizer that has no EOS (it could not even carry training_batches' config to pick
+    a layout without EOS: Dagster refuses config for a step outside the run)."""
+    folder = _gpt2_tokenizer_folder(tmp_path / "tok")
+    config = pipeline_run_config(
+        sample_input, tokenized_documents={"tokenizer": str(folder / "tokenizer.json")}
+    )
+    del config["ops"][TRAINING_BATCHES]
+    with pytest.raises(StageInputError, match="has no EOS token"):
+        validate_run_config(config, tmp_path)  # with every step (the defaults: packed)
+    result = dg.materialize(
+        PIPELINE_ASSET_DEFS[:3],
+        resources={
+            "compute": ComputeResource(),
+            "warehouse": WarehouseResource(root=str(tmp_path / "wh")),
+        },
+        run_config=config,
+        raise_on_error=False,
+    )
+    assert result.success
+
+
+def test_a_file_that_is_not_a_tokenizer_fails_the_config_check_naming_it(tmp_path):
+    """Before, the config check only looked the path up on disk: a tokenizer.json that is not a
+    tokenizer, or a folder holding only a tokenizer_config.json, passed, and the run failed at
+    tokenized_documents with transformers' raw message ("expected `,` or `}` at line 1 column
+    5", or its sentencepiece one), naming neither the file nor the setting."""
+    not_json = tmp_path / "bad" / "tokenizer.json"
+    not_json.parent.mkdir()
+    not_json.write_text('{"a":1}')
+    config_only = tmp_path / "config_only"
+    config_only.mkdir()
+    (config_only / "tokenizer_config.json").write_text("{}")
+    for path, holds in (
+        (not_json, "file tokenizer.json"),
+        (config_only, "folder with tokenizer_config.json"),
+    ):
+        ops = {TOKENIZED_DOCUMENTS: {"config": {"tokenizer": str(path)}}}
+        with pytest.raises(StageInputError) as info:
+            validate_run_config({"ops": ops}, tmp_path)
+        message = str(info.value)
+        assert message.startswith(f"tokenized_documents: tokenizer {str(path)!r} ({holds})")
+        assert "cannot be built by transformers" in message
