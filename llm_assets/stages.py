@@ -457,10 +457,27 @@ def reject_reason_counts(catalog: Catalog, asset: str) -> dict[str, int]:
 
 
 def _upstream(ctx: StageContext, asset: str) -> list[ShardRecord]:
+    """The current shards of ``asset``, which this stage reads. When this run materialized
+    ``asset`` itself, they must still be of that materialization's config: runs take turns per
+    step, not per run, so another run with another config (a manual run beside a sensor run)
+    may have made its own output current in between, and reading it would build this run's
+    step on the other run's config, unnoticed (every check passes). That fails here, saying so."""
     shards = ctx.catalog.current_shards(asset)
     if not shards:
         raise StageInputError(
             f"{asset} has no shards in the catalog {ctx.catalog.path}: materialize it first"
+        )
+    ours = ctx.catalog.run_materialization(asset, ctx.run_id)
+    current = {s.fingerprint for s in shards}
+    if ours is not None and current != {ours}:
+        latest = ctx.catalog.latest_materialization(asset)
+        other = f"run {latest[0]}" if latest else "another run"
+        raise StageInputError(
+            f"{asset} was materialized again by {other} with another config (its folder "
+            f"{', '.join(sorted(current))}, this run's {ours}) after this run materialized it: "
+            f"this step would read that run's {asset}, not this run's. Run this run again; "
+            "runs with different configs share the warehouse's current outputs, so run them "
+            "one after the other, or give each its own warehouse root"
         )
     missing = [s.path for s in shards if not Path(s.path).exists()]
     if missing:

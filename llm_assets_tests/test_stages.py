@@ -158,3 +158,36 @@ def test_shuffle_buckets_follow_the_token_ids_not_the_file_size(tmp_path, monkey
     # Padded to 4,096 tokens, 10,000 rows are 41 M padded tokens: buckets of at most 4 Mi.
     assert shuffle_bucket_count(wide, padded_len=4096) == 10
     assert shuffle_bucket_count(wide, padded_len=16) == 5  # the token bytes dominate
+
+
+def test_a_step_refuses_an_upstream_another_run_replaced_with_another_config(tmp_path):
+    """Runs take turns per step, not per run: run A normalizes with the default preset, run B
+    then normalizes with ``ascii_lower`` (now the current output), and A's tokenize step fails
+    saying so (before: it tokenized B's ascii_lower text as A's, every check passing). B goes
+    on; a run that did not materialize the upstream itself is not held to it."""
+    import logging
+
+    from llm_assets.compute.in_process import InProcessBackend
+    from llm_assets.lib.ingest import IngestSpec
+    from llm_assets.lib.normalize import NormalizeSpec
+    from llm_assets.lib.tokenization import TokenizerSpec
+    from llm_assets.warehouse.catalog import Catalog
+    from llm_assets_tests.conftest import SAMPLE_DIR
+
+    def context(run_id: str) -> stages.StageContext:
+        return stages.StageContext(
+            warehouse_root=tmp_path / "wh",
+            catalog=Catalog(tmp_path / "wh" / "catalog.duckdb"),
+            compute=InProcessBackend(),
+            log=logging.getLogger("test"),
+            run_id=run_id,
+        )
+
+    a, b = context("run-a"), context("run-b")
+    stages.run_raw_documents(a, SAMPLE_DIR, IngestSpec(), rows_per_shard=1000)
+    stages.run_normalized_documents(a, NormalizeSpec())
+    stages.run_normalized_documents(b, NormalizeSpec(preset="ascii_lower"))
+    with pytest.raises(StageInputError, match=r"normalized_documents was materialized again by "
+                       r"run run-b with another config .* Run this run again"):  # fmt: skip
+        stages.run_tokenized_documents(a, TokenizerSpec())
+    assert stages.run_tokenized_documents(b, TokenizerSpec()).shards

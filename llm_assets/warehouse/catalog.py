@@ -391,6 +391,33 @@ class Catalog:
             [asset],
         )
 
+    def run_materialization(self, asset: str, run_id: str) -> str | None:
+        """The fingerprint of the latest materialization of ``asset`` by run ``run_id`` (None
+        if that run has not materialized it)."""
+        _check_asset(asset)
+        if not self.path.exists():
+            return None
+        with self.connect() as con:
+            row = con.execute(
+                "SELECT fingerprint FROM materializations WHERE asset = ? AND run_id = ? "
+                "ORDER BY finished_at DESC LIMIT 1",
+                [asset, run_id],
+            ).fetchone()
+        return None if row is None else str(row[0])
+
+    def latest_materialization(self, asset: str) -> tuple[str, str] | None:
+        """(run id, fingerprint) of the latest materialization of ``asset``, or None."""
+        _check_asset(asset)
+        if not self.path.exists():
+            return None
+        with self.connect() as con:
+            row = con.execute(
+                "SELECT run_id, fingerprint FROM materializations WHERE asset = ? "
+                "ORDER BY finished_at DESC LIMIT 1",
+                [asset],
+            ).fetchone()
+        return None if row is None else (str(row[0]), str(row[1]))
+
     def stage_shards(self, asset: str, fingerprint: str) -> list[ShardRecord]:
         """Every shard recorded in one stage folder of ``asset`` (one stage config and code
         version), current or not: an intermediate phase's shards, and those of a config used
