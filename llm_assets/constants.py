@@ -19,7 +19,7 @@ PIPELINE_ASSETS: tuple[str, ...] = (
 """The stages in order. Also the allow-list of names the catalog may turn into SQL views."""
 
 STAGE_CODE_VERSIONS: dict[str, str] = {
-    RAW_DOCUMENTS: "2",
+    RAW_DOCUMENTS: "3",
     NORMALIZED_DOCUMENTS: "2",
     TOKENIZED_DOCUMENTS: "3",
     FILTERED_DOCUMENTS: "3",

@@ -2,15 +2,15 @@
 
 Pure (no Dagster, no module state): :func:`read_documents` streams a JSONL (plain, gzip, zstd),
 Parquet, CSV or TXT file and yields a :class:`~llm_assets.lib.schema.StageResult` every
-``batch_rows`` records. Bad input never raises: every record read is either kept or rejected
-exactly once, with one of the reasons below, so the rows of a run always reconcile. Only a file
-that cannot be opened at all (missing, permission denied) raises :class:`OSError`.
+``batch_rows`` records or ``batch_bytes`` bytes of input. Bad input never raises: every record
+read is either kept or rejected exactly once, with one of the reasons below, so the rows of a run
+always reconcile. Only a file that cannot be opened at all (missing, permission denied) raises
+:class:`OSError`.
 """
 
 from __future__ import annotations
 
 import csv
-import gzip
 import io
 import os
 import zlib
@@ -64,9 +64,12 @@ RAGGED_ROW = "ragged_row"
 """A CSV record whose field count differs from the header's; value = ``expected N fields, got
 M``."""
 MALFORMED_RECORD = "malformed_record"
-"""A CSV record the parser refuses; value = the parser's message; reading goes on at the next
-line. The parser is lenient, as spreadsheet programs are (text after a closing quote, ``"ok" x``,
-is read into the field), so this is rare. (A quote never closed would swallow the rest of the
+"""A record the reader refuses for a reason other than those above: a CSV record the parser
+refuses (value = its message; reading goes on at the next line), a JSON record whose other fields
+cannot be stored as metadata, a Parquet row with a value Arrow's validation refuses other than
+invalid UTF-8 (a ``time32`` of 25 h: value = the column and Arrow's message). The CSV parser is
+lenient, as spreadsheet programs are (text after a closing quote, ``"ok" x``, is read into the
+field), so this is rare. (A quote never closed would swallow the rest of the
 file into one field: that is a ``corrupt_file`` at the record it opens.)"""
 CORRUPT_FILE = "corrupt_file"
 """The stream cannot be decoded (not gzip / zstd / Parquet, or damaged midway; a CSV quote never
@@ -102,7 +105,11 @@ decoding a whole (possibly huge) line."""
 _MAX_CSV_FIELD = 2**31 - 1
 _SAMPLE_LINES = 8
 """Physical lines of a rejected CSV record kept for its sample."""
-_CORRUPT_ERRORS = (gzip.BadGzipFile, zlib.error, zstandard.ZstdError)
+_ZSTD_MAX_WINDOW = 1 << zstandard.WINDOWLOG_MAX
+"""Largest zstd window decoded (2 GiB on 64-bit): the library's default limit, 128 MiB, refuses
+valid frames written with ``zstd --long`` (or ``--long=31``) as "too much memory". Memory is
+only used as data is decoded into the window, so a small file with a large window stays small."""
+_CORRUPT_ERRORS = (zlib.error, zstandard.ZstdError)
 """What a compressed stream raises when its bytes cannot be decoded (EOFError means truncated)."""
 
 
@@ -116,6 +123,17 @@ class UnsupportedFileError(ValueError):
         self.path = path
 
 
+BATCH_BYTES = 32 << 20
+"""Input bytes after which a batch is flushed even if it holds fewer than ``batch_rows`` records,
+so that a worker's memory is bounded by the batch's bytes, not by rows x document size (8,192
+one-MB documents would be 8 GB; a raw_documents worker reading 1,000 of them peaked at 4.1 GB,
+and at 0.3 GB with this limit). A batch's bytes are held a few times at its flush (Python
+strings, the Arrow table, the Parquet writer's pages), so 32 MiB keeps that near 100-150 MB, while
+a batch stays large enough that its fixed costs (building the tables, a Parquet row group) do not
+matter.
+Ordinary corpora, with documents of a few KiB, reach 8,192 records first and batch as before."""
+
+
 @dataclass(frozen=True)
 class IngestSpec:
     """How to read input files. Small, frozen and picklable: it is shipped to worker processes."""
@@ -123,12 +141,18 @@ class IngestSpec:
     text_field: str = "text"
     """Name of the JSON field / CSV or Parquet column that holds the document text."""
     batch_rows: int = 8192
-    """Records (kept + rejected) per yielded StageResult."""
+    """Records (kept + rejected) per yielded StageResult, at most."""
+    batch_bytes: int = BATCH_BYTES
+    """Input bytes per yielded StageResult: a batch is flushed at the record that reaches them
+    (JSONL: line bytes, CSV: field characters, TXT: paragraph bytes; Parquet: the rows per batch
+    that the file's row group sizes give). Depends on the input only: output is deterministic."""
     csv_delimiter: str = ","
 
     def __post_init__(self) -> None:
         if self.batch_rows < 1:
             raise ValueError(f"batch_rows must be at least 1, got {self.batch_rows}")
+        if self.batch_bytes < 1:
+            raise ValueError(f"batch_bytes must be at least 1, got {self.batch_bytes}")
         # The csv module checks its delimiter only when a file is opened, in a worker, after
         # other shards' work: check it when the spec is made, at the run's first step.
         delimiter = self.csv_delimiter
@@ -163,9 +187,10 @@ def read_documents(
 ) -> Iterator[StageResult]:
     """Stream the documents of the file at ``path``, recorded under the name ``source_file``.
 
-    Yields one StageResult per ``spec.batch_rows`` records, in file order (the last may be
-    smaller). The format is checked at once (:class:`UnsupportedFileError`); the file is opened
-    when iteration starts, and an :class:`OSError` from opening it propagates.
+    Yields one StageResult per ``spec.batch_rows`` records or ``spec.batch_bytes`` bytes of
+    input, whichever comes first, in file order (the last may be smaller). The format is checked
+    at once (:class:`UnsupportedFileError`); the file is opened when iteration starts, and an
+    :class:`OSError` from opening it propagates.
 
     ``byte_range`` (plain ``.jsonl`` only) reads the bytes ``[start, end)``, which must begin and
     end at line boundaries; ``first_line`` is the 1-based number of its first line, so locations
@@ -236,6 +261,8 @@ class _Batch:
         self.reasons: list[str] = []
         self.values: list[str | None] = []
         self.samples: list[str | None] = []
+        self.nbytes = 0
+        """Input bytes of the records collected (counted by the reader, which knows them)."""
 
     def __len__(self) -> int:
         return len(self.lines) + len(self.reject_lines)
@@ -251,6 +278,10 @@ class _Batch:
         self.values.append(value)
         self.samples.append(sample)
 
+    def full(self, spec: IngestSpec) -> bool:
+        """Whether the batch holds ``spec.batch_rows`` records or ``spec.batch_bytes`` bytes."""
+        return len(self) >= spec.batch_rows or self.nbytes >= spec.batch_bytes
+
     def flush(self) -> StageResult:
         """Build the Arrow tables of everything collected and start over (lists are reused)."""
         result = StageResult(
@@ -265,6 +296,7 @@ class _Batch:
             column.clear()
         for column in (self.reject_lines, self.reasons, self.values, self.samples):
             column.clear()
+        self.nbytes = 0
         return result
 
 
@@ -339,7 +371,7 @@ class _ZstdFrames(io.RawIOBase):
     def __init__(self, source: IO[bytes]) -> None:
         super().__init__()
         self._source = source
-        self._decompressor = zstandard.ZstdDecompressor()
+        self._decompressor = zstandard.ZstdDecompressor(max_window_size=_ZSTD_MAX_WINDOW)
         self._frame = self._decompressor.decompressobj()
         self._in_frame = False
         self._pending = memoryview(b"")
@@ -381,10 +413,102 @@ class _ZstdFrames(io.RawIOBase):
         return b"".join(chunks)
 
 
+_GZIP_WBITS = 16 + zlib.MAX_WBITS
+"""zlib's ``wbits`` for one gzip member: header, deflate data, then CRC-32 and length checked."""
+_GZIP_PIECE = 64 << 10
+"""Decompressed bytes asked of zlib at a time. zlib drops the output of a call that fails, so a
+small piece keeps the records decoded before an error, as :class:`gzip.GzipFile` does (and bounds
+what one compressed chunk expands to)."""
+
+
+class _GzipMembers(io.RawIOBase):
+    """Decompress concatenated gzip members (as :class:`gzip.GzipFile` does, zero padding between
+    them allowed), counting the lines decoded from each one.
+
+    gzip checks a member's CRC only at its end, so the records of a member damaged midway have
+    been parsed (some garbled, some lost) by the time the damage is found; the error then names
+    the member and the lines decoded from it, so that its ``corrupt_file`` reject says which
+    records before it may be damaged. A source that ends inside a member raises EOFError.
+    """
+
+    def __init__(self, source: IO[bytes]) -> None:
+        super().__init__()
+        self._source = source
+        self._member = zlib.decompressobj(_GZIP_WBITS)
+        self._in_member = False
+        self._input = b""
+        self._more_output = False
+        self._pending = memoryview(b"")
+        self._error: zlib.error | None = None
+        self._members = 0
+        self._lines_before = 0
+        self._member_lines = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while not self._pending:
+            if self._error is not None:
+                raise self._error
+            if not self._input and not self._more_output:
+                self._input = self._source.read(_READ_CHUNK)
+                if not self._input:
+                    if self._in_member:
+                        raise EOFError(
+                            "Compressed file ended before the end-of-stream marker was reached"
+                        )
+                    return 0
+            self._pending = memoryview(self._inflate())
+        size = min(len(buffer), len(self._pending))
+        buffer[:size] = self._pending[:size]
+        self._pending = self._pending[size:]
+        return size
+
+    def _inflate(self) -> bytes:
+        """The next piece of data decoded from the pending input. A damaged member raises on the
+        next read, once the data decoded before the damage has been read (as in
+        :class:`_ZstdFrames`)."""
+        try:
+            if not self._in_member:
+                self._input = self._input.lstrip(b"\0")
+                if not self._input:
+                    return b""
+                self._in_member = True
+                self._members += 1
+                self._member_lines = 0
+            data = self._member.decompress(self._input, _GZIP_PIECE)
+        except zlib.error as error:
+            self._error = self._damaged(error)
+            return b""
+        self._input = self._member.unconsumed_tail
+        # A full piece may leave output inside zlib with no input left: ask again before reading.
+        self._more_output = len(data) == _GZIP_PIECE
+        self._member_lines += data.count(b"\n")
+        if self._member.eof:
+            self._in_member = self._more_output = False
+            self._lines_before += self._member_lines
+            self._input = self._member.unused_data
+            self._member = zlib.decompressobj(_GZIP_WBITS)
+        return data
+
+    def _damaged(self, error: zlib.error) -> zlib.error:
+        """``error``, naming the damaged member and the lines already decoded from it."""
+        first = self._lines_before + 1
+        if not self._member_lines:
+            return zlib.error(f"{error} (gzip member {self._members}, from line {first})")
+        last = self._lines_before + self._member_lines
+        return zlib.error(
+            f"{error}: gzip member {self._members} is damaged; its records read before this reject"
+            f" (lines {first}-{last}, {self._member_lines} lines) may be damaged too: gzip checks"
+            " a member only at its end"
+        )
+
+
 def _decompressed(handle: IO[bytes], fmt: str) -> IO[bytes]:
     """The decompressed byte stream of an open ``jsonl*`` file."""
     if fmt == "jsonl.gz":
-        return gzip.GzipFile(fileobj=handle, mode="rb")
+        return io.BufferedReader(_GzipMembers(handle), _READ_CHUNK)
     if fmt == "jsonl.zst":
         return io.BufferedReader(_ZstdFrames(handle), _READ_CHUNK)
     return handle
@@ -419,7 +543,8 @@ def _read_jsonl_stream(
     loads, dumps, decode_error = orjson.loads, orjson.dumps, orjson.JSONDecodeError
     encode_error = orjson.JSONEncodeError
     text_field, batch_rows, missing = spec.text_field, spec.batch_rows, _MISSING
-    pending = 0
+    batch_bytes = spec.batch_bytes
+    pending = pending_bytes = 0
     lineno = 0
     try:
         lines = _lines(stream) if strip_bom else iter(stream)
@@ -452,9 +577,10 @@ def _read_jsonl_stream(
                 else:
                     batch.reject(lineno, NOT_AN_OBJECT, type(record).__name__, _sample(raw))
             pending += 1
-            if pending == batch_rows:
+            pending_bytes += len(raw)
+            if pending == batch_rows or pending_bytes >= batch_bytes:
                 yield batch.flush()
-                pending = 0
+                pending = pending_bytes = 0
     except EOFError as error:
         batch.reject(lineno + 1, TRUNCATED_FILE, str(error), None)
     except _CORRUPT_ERRORS as error:
@@ -484,11 +610,12 @@ def _read_txt(path: str, source_file: str, spec: IngestSpec) -> Iterator[StageRe
                 if not paragraph:
                     first_line = lineno
                 paragraph.append(_chomp(raw))
+                batch.nbytes += len(raw)
                 continue
             if paragraph:
                 _add_paragraph(batch, first_line, paragraph)
                 paragraph = []
-                if len(batch) >= spec.batch_rows:
+                if batch.full(spec):
                     yield batch.flush()
     if paragraph:
         _add_paragraph(batch, first_line, paragraph)
@@ -531,9 +658,15 @@ def _read_csv(path: str, source_file: str, spec: IngestSpec) -> Iterator[StageRe
         lines = _RecordLines(handle)
         rows = csv.reader(lines, delimiter=spec.csv_delimiter)
         try:
-            header = [_repair(name) for name in next(rows, [])]
+            header = [_repair(name) for name in _csv_header(rows, lines)]
         except csv.Error as error:
             batch.reject(0, CORRUPT_FILE, f"unreadable header: {error}", _repair(lines.record()))
+            yield batch.flush()
+            return
+        if header and lines.exhausted:
+            # As for a record below: the header's quote is never closed and holds the file.
+            value = "a quoted field of the header is never closed: the file is unreadable"
+            batch.reject(0, CORRUPT_FILE, value, _repair(lines.record()))
             yield batch.flush()
             return
         text_index = header.index(spec.text_field) if spec.text_field in header else None
@@ -560,10 +693,23 @@ def _read_csv(path: str, source_file: str, spec: IngestSpec) -> Iterator[StageRe
                     batch.reject(record, CORRUPT_FILE, value, _repair(lines.record()))
                     break
                 _add_csv_record(batch, record, row, len(header), text_index, others, spec)
-            if len(batch) >= spec.batch_rows:
+                batch.nbytes += sum(map(len, row))
+            if batch.full(spec):
                 yield batch.flush()
     if len(batch):
         yield batch.flush()
+
+
+def _csv_header(rows: Iterator[list[str]], lines: _RecordLines) -> list[str]:
+    """The first record that is not a blank (empty or whitespace-only) line: the header; ``[]``
+    if there is none. Blank lines before the header are skipped as blank lines between records
+    are, instead of the first one being taken as a header with no column (every record then
+    ``ragged_row``)."""
+    while True:
+        lines.start_record()
+        row = next(rows, [])
+        if len(row) > 1 or (row and row[0].strip()) or lines.exhausted:
+            return row
 
 
 class _RecordLines:
@@ -599,13 +745,25 @@ class _RecordLines:
 
 def _metadata_keys(names: list[str]) -> list[str]:
     """The metadata key of each column: its name, or ``name#2``, ``name#3``... for a name that
-    repeats an earlier column's, so that no value is lost to a key collision. (The first column
-    named like the text field is the text; a second one goes to metadata as ``text#2``.)"""
-    seen: dict[str, int] = {}
+    repeats an earlier column's, so that no value is lost to a key collision. A suffix is never
+    another column's name nor a key already given (``m,m,m#2`` -> ``m``, ``m#3``, ``m#2``).
+    (The first column named like the text field is the text; a second one goes to metadata as
+    ``text#2``.)"""
+    taken = set(names)
+    next_suffix: dict[str, int] = {}  # name -> the suffix to try next (absent: not seen yet)
     keys = []
     for name in names:
-        seen[name] = seen.get(name, 0) + 1
-        keys.append(name if seen[name] == 1 else f"{name}#{seen[name]}")
+        suffix = next_suffix.get(name)
+        if suffix is None:
+            next_suffix[name] = 2
+            keys.append(name)
+            continue
+        while f"{name}#{suffix}" in taken:
+            suffix += 1
+        key = f"{name}#{suffix}"
+        taken.add(key)
+        next_suffix[name] = suffix + 1
+        keys.append(key)
     return keys
 
 
@@ -671,9 +829,15 @@ def _read_parquet(path: str, source_file: str, spec: IngestSpec) -> Iterator[Sta
         except _PARQUET_ERRORS as error:
             yield _corrupt(source_file, 0, str(error))
             return
+        except UnicodeDecodeError as error:
+            # pyarrow decodes the schema's names strictly: no row of such a file can be read.
+            value = f"a column name is not valid UTF-8, so no row can be read: {error}"
+            yield _corrupt(source_file, 0, value)
+            return
         rows_read = 0
         try:
-            for record_batch in parquet.iter_batches(batch_size=spec.batch_rows):
+            batch_size = _parquet_batch_rows(parquet.metadata, spec)
+            for record_batch in parquet.iter_batches(batch_size=batch_size):
                 yield _parquet_result(record_batch, rows_read, source_file, spec.text_field)
                 rows_read += record_batch.num_rows
             return
@@ -698,9 +862,26 @@ def _parquet_row_groups_from(
             yield _corrupt(source_file, rows_read + 1, value)
             rows_read = group_end
             continue
-        for record_batch in table.to_batches(max_chunksize=spec.batch_rows):
+        batch_size = _parquet_batch_rows(parquet.metadata, spec)
+        for record_batch in table.to_batches(max_chunksize=batch_size):
             yield _parquet_result(record_batch, rows_read, source_file, spec.text_field)
             rows_read += record_batch.num_rows
+
+
+def _parquet_batch_rows(metadata: pq.FileMetaData, spec: IngestSpec) -> int:
+    """Rows per batch: ``spec.batch_rows``, fewer if the widest row group's rows (uncompressed
+    bytes per row, from the footer) would make a batch larger than ``spec.batch_bytes``."""
+    widest = max(
+        (
+            group.total_byte_size / group.num_rows
+            for group in map(metadata.row_group, range(metadata.num_row_groups))
+            if group.num_rows
+        ),
+        default=0,
+    )
+    if widest <= 0:
+        return spec.batch_rows
+    return max(1, min(spec.batch_rows, int(spec.batch_bytes // widest)))
 
 
 def _corrupt(source_file: str, line: int, value: str) -> StageResult:
@@ -715,8 +896,9 @@ def _parquet_result(
     """Split one record batch into kept documents and rejects (row numbers are 1-based).
 
     The first column named ``text_field`` is the text; the others go to metadata under
-    :func:`_metadata_keys` (a repeated name gets ``#2``...). Parquet readers do not check that
-    strings are UTF-8: a row with invalid UTF-8 in any column is an ``invalid_utf8`` reject.
+    :func:`_metadata_keys` (a repeated name gets ``#2``...). Parquet readers do not check the
+    values: a row with invalid UTF-8 in any column is an ``invalid_utf8`` reject, one with another
+    value Arrow's validation refuses a ``malformed_record`` reject.
     """
     names = record_batch.schema.names
     keys = _metadata_keys(names)
@@ -728,10 +910,10 @@ def _parquet_result(
         [key for i, key in enumerate(keys) if i != text_at],
     )
     problems = _parquet_text_problems(text, record_batch.num_rows)
-    invalid = _invalid_utf8_rows(columns, keys)
-    for row, message in invalid.items():
+    invalid = _invalid_rows(columns, keys)
+    for row, problem in invalid.items():
         if problems[row] is None:
-            problems[row] = (INVALID_UTF8, message)
+            problems[row] = problem
     kept = [i for i, problem in enumerate(problems) if problem is None]
     rejected = [i for i, problem in enumerate(problems) if problem is not None]
     kept_index = pa.array(kept, pa.int64())
@@ -755,7 +937,7 @@ def _parquet_result(
 
 def _plain_strings(column: pa.Array) -> pa.Array:
     """``column``, with ``string_view`` (which Arrow's ``take`` does not handle) cast to
-    ``large_string``. The cast does not check UTF-8; :func:`_invalid_utf8_rows` does."""
+    ``large_string``. The cast does not check UTF-8; :func:`_invalid_rows` does."""
     if pa.types.is_dictionary(column.type) and pa.types.is_string_view(column.type.value_type):
         column = column.dictionary_decode()
     if pa.types.is_string_view(column.type):
@@ -763,11 +945,12 @@ def _plain_strings(column: pa.Array) -> pa.Array:
     return column
 
 
-def _invalid_utf8_rows(columns: list[pa.Array], keys: list[str]) -> dict[int, str]:
-    """Row index -> ``column 'name': <Arrow's message>`` for each row holding invalid UTF-8 in
-    any column. One full validation per column when all is well (the usual case); row by row
-    only in a column that failed it."""
-    invalid: dict[int, str] = {}
+def _invalid_rows(columns: list[pa.Array], keys: list[str]) -> dict[int, tuple[str, str]]:
+    """Row index -> reject (reason, ``column 'name': <Arrow's message>``) for each row holding a
+    value Arrow's full validation refuses in any column: ``invalid_utf8`` for a string that is not
+    UTF-8, ``malformed_record`` for anything else (a ``time32`` past 24 h). One validation per
+    column when all is well (the usual case); row by row only in a column that failed it."""
+    invalid: dict[int, tuple[str, str]] = {}
     for key, column in zip(keys, columns, strict=True):
         try:
             column.validate(full=True)
@@ -782,12 +965,18 @@ def _invalid_utf8_rows(columns: list[pa.Array], keys: list[str]) -> dict[int, st
             try:
                 column.slice(row, 1).validate(full=True)
             except pa.ArrowInvalid as error:
-                invalid[row] = f"column {key!r}: {error}"
+                reason = INVALID_UTF8 if _is_utf8_error(error) else MALFORMED_RECORD
+                invalid[row] = (reason, f"column {key!r}: {error}")
     return invalid
 
 
+def _is_utf8_error(error: pa.ArrowInvalid) -> bool:
+    """Whether Arrow's validation refused a string for not being UTF-8 (its message says so)."""
+    return "UTF8" in str(error)
+
+
 def _parquet_samples(
-    columns: list[pa.Array], keys: list[str], rows: list[int], invalid: dict[int, str]
+    columns: list[pa.Array], keys: list[str], rows: list[int], invalid: dict[int, tuple[str, str]]
 ) -> list[str]:
     """Each rejected row as JSON, for people to read; invalid UTF-8 shown as U+FFFD."""
     clean = [row for row in rows if row not in invalid]
@@ -800,7 +989,8 @@ def _parquet_samples(
 
 
 def _lossy_row_json(columns: list[pa.Array], keys: list[str], row: int) -> bytes:
-    """One row as JSON with invalid UTF-8 in its strings replaced (U+FFFD)."""
+    """One row as JSON with invalid UTF-8 in its strings replaced (U+FFFD) and other values
+    Arrow's validation refuses shown as Arrow prints them (``<value out of range: 90000>``)."""
     values = {}
     for key, column in zip(keys, columns, strict=True):
         cell = column.slice(row, 1)
@@ -808,11 +998,14 @@ def _lossy_row_json(columns: list[pa.Array], keys: list[str], row: int) -> bytes
             cell = cell.dictionary_decode()
         try:
             cell.validate(full=True)
-            values[key] = cell.to_pylist()[0]
+            values[key] = _as_py(cell[0])
         except pa.ArrowInvalid:
-            binary = pa.large_binary() if pa.types.is_large_string(cell.type) else pa.binary()
-            raw = cell.view(binary)[0].as_py() if _is_string_type(cell.type) else None
-            values[key] = raw.decode("utf-8", "replace") if raw is not None else "<invalid UTF-8>"
+            if _is_string_type(cell.type):
+                binary = pa.large_binary() if pa.types.is_large_string(cell.type) else pa.binary()
+                raw = cell.view(binary)[0].as_py()
+                values[key] = raw.decode("utf-8", "replace") if raw is not None else None
+            else:
+                values[key] = _arrow_text(cell[0])
     return orjson.dumps(values, default=str)
 
 
@@ -840,10 +1033,64 @@ def _is_string_type(arrow_type: pa.DataType) -> bool:
 
 def _metadata_json(columns: pa.RecordBatch) -> list[bytes | None]:
     """Each row as a compact JSON object (None without columns); values JSON cannot hold
-    (bytes, Decimal, ...) become strings."""
+    (bytes, Decimal, ...) become strings, and so do values Python cannot hold (see
+    :func:`_as_py`). Arrow converts whole columns (the usual case); a column it cannot convert
+    is converted value by value."""
     if not columns.num_columns:
         return [None] * columns.num_rows
-    return [orjson.dumps(row, default=str) for row in columns.to_pylist()]
+    try:
+        rows = columns.to_pylist()
+    except (OverflowError, ValueError):
+        rows = [{} for _ in range(columns.num_rows)]
+        for name, column in zip(columns.schema.names, columns.columns, strict=True):
+            try:
+                values = column.to_pylist()
+            except (OverflowError, ValueError):
+                values = [_as_py(cell) for cell in column]
+            for row, value in zip(rows, values, strict=True):
+                row[name] = value
+    return [orjson.dumps(row, default=str) for row in rows]
+
+
+def _as_py(scalar: pa.Scalar) -> Any:
+    """``scalar.as_py()``, except that a value Python cannot hold (a date or timestamp before
+    year 1 or after 9999, such as the ``Long.MAX_VALUE`` ms some writers store for "never", a
+    duration past 999,999,999 days) becomes Arrow's text of it, ``<value out of range: N>``, and
+    a struct with repeated field names a dict keyed like :func:`_metadata_keys`: a metadata value
+    must never fail the file. Inside lists, maps and structs only the failing values change."""
+    try:
+        return scalar.as_py()
+    except (OverflowError, ValueError):
+        pass
+    if isinstance(scalar, pa.DictionaryScalar):
+        return _as_py(scalar.value)
+    if isinstance(scalar, pa.MapScalar):
+        return [(_as_py(entry["key"]), _as_py(entry["value"])) for entry in scalar.values]
+    if isinstance(scalar, pa.ListScalar):
+        return [_as_py(item) for item in scalar.values]
+    if isinstance(scalar, pa.StructScalar):
+        names = [name for name, _ in scalar.items()]
+        return {
+            key: _as_py(value)
+            for key, (_, value) in zip(_metadata_keys(names), scalar.items(), strict=True)
+        }
+    return _arrow_text(scalar)
+
+
+def _arrow_text(scalar: pa.Scalar) -> str | None:
+    """Arrow's text of a value (for one that Python cannot hold or that fails validation)."""
+    if not scalar.is_valid:
+        return None
+    if pa.types.is_timestamp(scalar.type) and scalar.type.tz is not None:
+        # Arrow prints an out-of-range instant with a time zone as garbage; without it (the same
+        # UTC value) as ``<value out of range: N>``.
+        scalar = scalar.cast(pa.timestamp(scalar.type.unit))
+    if pa.types.is_duration(scalar.type):  # Arrow prints a bare number: name its unit
+        return f"{scalar.cast(pa.int64()).as_py()} {scalar.type.unit}"
+    try:
+        return scalar.cast(pa.string()).as_py()
+    except pa.ArrowException:
+        return f"<{scalar.type} value that cannot be shown>"
 
 
 _READERS: dict[str, Callable[[str, str, IngestSpec], Iterator[StageResult]]] = {

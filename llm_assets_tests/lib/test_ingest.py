@@ -23,6 +23,7 @@ from llm_assets.lib.ingest import (
     EMPTY_FILE,
     INVALID_JSON,
     INVALID_UTF8,
+    MALFORMED_RECORD,
     MISSING_TEXT,
     NON_STRING_TEXT,
     NOT_AN_OBJECT,
@@ -396,3 +397,174 @@ def test_fuzz_random_bytes_in_any_format_never_raise(tmp_path, data, suffix):
     path.write_bytes(data)
     kept, rejects = read(path)
     assert kept.num_rows + rejects.num_rows >= 1 or not data.strip()
+
+
+def test_parquet_dates_python_cannot_hold_go_to_metadata_as_text(tmp_path):
+    """A date, timestamp or duration outside Python's range (``Long.MAX_VALUE`` ms for "never
+    expires", a date32 of 2**31-1, in a list or a struct too) made Arrow's ``to_pylist`` raise
+    OverflowError: the shard failed at every retry and the run failed. Now such a value goes to
+    metadata as Arrow's text of it and the row is kept; in-range values are written as before.
+    A temporal text column is a ``non_string_text`` reject whose sample shows the values."""
+    never = 2**63 - 1
+    struct = pa.StructArray.from_arrays(
+        [pa.array([0, 2**31 - 1], pa.date32()), pa.array([1, 2])], ["d", "d"]
+    )
+    table = pa.table(
+        {
+            "text": ["a", "b"],
+            "expires": pa.array([0, never], pa.timestamp("ms")),
+            "expires_utc": pa.array([0, never], pa.timestamp("ms", tz="UTC")),
+            "day": pa.array([0, 2**31 - 1], pa.date32()),
+            "ttl": pa.array([1, 2**62], pa.duration("s")),
+            "days": pa.array([[0], [2**31 - 1]], pa.list_(pa.date32())),
+            "nested": struct,
+        }
+    )
+    pq.write_table(table, tmp_path / "t.parquet")
+    kept, rejects = read(tmp_path / "t.parquet")
+    assert rejects.num_rows == 0
+    first, second = (json.loads(m) for m in kept["metadata"].to_pylist())
+    assert first == {
+        "expires": "1970-01-01T00:00:00",
+        "expires_utc": "1970-01-01T00:00:00+00:00",
+        "day": "1970-01-01",
+        "ttl": "0:00:01",
+        "days": ["1970-01-01"],
+        "nested": {"d": "1970-01-01", "d#2": 1},
+    }
+    out = "<value out of range: {}>".format
+    assert second == {
+        "expires": out(never),
+        "expires_utc": out(never),
+        "day": out(2**31 - 1),
+        "ttl": f"{2**62} s",
+        "days": [out(2**31 - 1)],
+        "nested": {"d": out(2**31 - 1), "d#2": 2},
+    }
+
+    table = pa.table({"text": pa.array([0, never], pa.timestamp("ms")), "id": [1, 2]})
+    pq.write_table(table, tmp_path / "temporal_text.parquet")
+    kept, rejects = read(tmp_path / "temporal_text.parquet")
+    assert kept.num_rows == 0 and reasons(rejects) == [(1, NON_STRING_TEXT), (2, NON_STRING_TEXT)]
+    assert json.loads(rejects["sample"][1].as_py()) == {"text": out(never), "id": 2}
+
+
+def test_parquet_value_arrow_refuses_is_a_malformed_record_with_arrows_message(tmp_path):
+    """A value failing Arrow's validation for a reason other than UTF-8 (a time32 of 90,000 s,
+    past 24 h) was an ``invalid_utf8`` reject with the sample ``<invalid UTF-8>``; it is a
+    ``malformed_record`` reject with Arrow's message and the value in the sample."""
+    table = pa.table({"text": ["a", "b"], "at": pa.array([0, 90_000], pa.time32("s"))})
+    pq.write_table(table, tmp_path / "t.parquet")
+    kept, rejects = read(tmp_path / "t.parquet")
+    assert kept["text"].to_pylist() == ["a"]
+    assert reasons(rejects) == [(2, MALFORMED_RECORD)]
+    assert "not within the acceptable range" in rejects["value"][0].as_py()
+    assert json.loads(rejects["sample"][0].as_py()) == {
+        "text": "b",
+        "at": "<value out of range: 90000000>",  # Parquet stores time32 in ms
+    }
+
+
+def test_parquet_column_name_not_utf8_is_a_corrupt_file_reject(tmp_path):
+    """A column name that is not valid UTF-8 made ``pq.ParquetFile`` raise UnicodeDecodeError,
+    which nothing caught: the run failed. It is one ``corrupt_file`` reject of the file, saying
+    why."""
+    path = tmp_path / "name.parquet"
+    pq.write_table(pa.table({"text": ["a"], "mXta": ["1"]}), path, store_schema=False)
+    path.write_bytes(path.read_bytes().replace(b"mXta", b"m\xffta"))
+    kept, rejects = read(path)
+    assert kept.num_rows == 0 and reasons(rejects) == [(0, CORRUPT_FILE)]
+    assert "column name is not valid UTF-8" in rejects["value"][0].as_py()
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+def test_a_suffixed_key_never_takes_another_columns_name(tmp_path, suffix):
+    """Columns ``m,m,m#2``: the second ``m`` got the key ``m#2``, which the third column's name
+    then overwrote, silently losing a value. The second ``m`` now gets the next free suffix."""
+    path = tmp_path / f"c{suffix}"
+    if suffix == ".csv":
+        path.write_text("text,m,m,m#2\nT,1,2,3\n")
+    else:
+        columns = [pa.array(["T"]), pa.array(["1"]), pa.array(["2"]), pa.array(["3"])]
+        pq.write_table(pa.Table.from_arrays(columns, ["text", "m", "m", "m#2"]), path)
+    kept, _ = read(path)
+    assert json.loads(kept["metadata"][0].as_py()) == {"m": "1", "m#3": "2", "m#2": "3"}
+
+
+def test_csv_header_quote_never_closed_is_a_corrupt_file_reject(tmp_path):
+    """A header whose quote is never closed swallowed the whole file as one column name, and
+    the file became a single ``empty_file`` "no records" reject; it is now a ``corrupt_file``
+    reject at the header (line 0) saying so, as a body record's unclosed quote is."""
+    (tmp_path / "h.csv").write_text('text,"id\n1,a\n2,b\n3,c\n')
+    kept, rejects = read(tmp_path / "h.csv")
+    assert kept.num_rows == 0 and reasons(rejects) == [(0, CORRUPT_FILE)]
+    assert "header is never closed" in rejects["value"][0].as_py()
+    assert rejects["sample"][0].as_py().startswith('text,"id\n1,a')
+
+
+def test_csv_blank_lines_before_the_header_are_skipped(tmp_path):
+    """A blank or whitespace-only first line was taken as a header with no column, and every
+    record became a ``ragged_row``; blank lines before the header are skipped as blank lines
+    between records are, and records are numbered from the header on as usual."""
+    (tmp_path / "b.csv").write_text("\n  \r\n\ntext,id\na,1\n\nb,2\n")
+    kept, rejects = read(tmp_path / "b.csv")
+    assert rejects.num_rows == 0
+    assert kept["text"].to_pylist() == ["a", "b"] and kept["source_line"].to_pylist() == [1, 2]
+    (tmp_path / "blank.csv").write_text("\n \n")
+    assert reasons(read(tmp_path / "blank.csv")[1]) == [(0, EMPTY_FILE)]
+
+
+def test_zstd_frame_with_a_window_over_128_mib_is_read(tmp_path):
+    """A valid frame written with ``zstd --long=31`` (a 2 GiB window) was refused by the
+    decoder's default 128 MiB limit: the whole file was one ``corrupt_file`` reject at line 0.
+    Its records are read."""
+    params = zstandard.ZstdCompressionParameters.from_level(3, window_log=31)
+    raw = b"".join(b'{"text": "d%d"}\n' % i for i in range(100))
+    path = tmp_path / "long.jsonl.zst"
+    with (
+        open(path, "wb") as handle,
+        zstandard.ZstdCompressor(compression_params=params).stream_writer(handle) as writer,
+    ):
+        writer.write(raw)  # streamed: the frame keeps its 2 GiB window (no content size)
+    kept, rejects = read(path)
+    assert rejects.num_rows == 0 and kept["text"].to_pylist() == [f"d{i}" for i in range(100)]
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".csv", ".txt", ".parquet"])
+def test_batches_are_bounded_by_input_bytes_as_well_as_rows(tmp_path, suffix):
+    """Batches were 8,192 records however large: 2,200 one-MB documents peaked at 5.6 GB in a
+    worker. A batch is now also flushed once it holds ``batch_bytes`` of input, so memory
+    follows the bytes, not rows x document size; the rows and their order are unchanged."""
+    docs = [f"{i:02d}" + "x" * 1000 for i in range(20)]
+    path = tmp_path / f"big{suffix}"
+    if suffix == ".jsonl":
+        path.write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
+    elif suffix == ".csv":
+        path.write_text("text\n" + "".join(d + "\n" for d in docs))
+    elif suffix == ".txt":
+        path.write_text("".join(d + "\n\n" for d in docs))
+    else:
+        pq.write_table(pa.table({"text": docs}), path)
+    results = list(read_documents(str(path), path.name, IngestSpec(batch_bytes=4000)))
+    sizes = [r.kept.num_rows + r.rejects.num_rows for r in results]
+    assert len(sizes) >= 5 and max(sizes) <= 4
+    assert pa.concat_tables(r.kept for r in results)["text"].to_pylist() == docs
+    with pytest.raises(ValueError, match="batch_bytes"):
+        IngestSpec(batch_bytes=0)
+
+
+def test_gzip_member_damaged_midway_names_the_lines_that_may_be_damaged(tmp_path):
+    """gzip checks a member's CRC only at its end: the records decoded from a member damaged
+    midway were kept or rejected as if sound, and the one ``corrupt_file`` reject said only
+    "CRC check failed". Its value now names the damaged member and the lines decoded from it,
+    which may hold damaged records; a sound member before it is not named. Members padded with
+    zero bytes between them are read as before."""
+    first = b"".join(b'{"text": "a%d"}\n' % i for i in range(10))
+    second = bytearray(gzip.compress(b"".join(b'{"text": "b%d"}\n' % i for i in range(30_000))))
+    second[-8] ^= 0xFF  # the CRC-32: every byte of data decodes, the check at the end fails
+    (tmp_path / "d.jsonl.gz").write_bytes(gzip.compress(first) + b"\0" * 4 + bytes(second))
+    kept, rejects = read(tmp_path / "d.jsonl.gz")
+    assert kept["text"].to_pylist()[:10] == [f"a{i}" for i in range(10)]
+    (value,) = rejects.filter(pa.compute.equal(rejects["reason"], CORRUPT_FILE))["value"]
+    assert "gzip member 2 is damaged" in value.as_py()
+    assert "(lines 11-" in value.as_py() and "may be damaged" in value.as_py()
