@@ -42,7 +42,7 @@ from llm_assets.lib.batching import (
     shuffle_keys,
     shuffle_order,
 )
-from llm_assets.lib.ingest import IngestSpec, read_documents
+from llm_assets.lib.ingest import BATCH_BYTES, IngestSpec, parquet_batch_rows, read_documents
 from llm_assets.lib.schema import (
     DOC_ID,
     INPUT_IDS,
@@ -306,7 +306,10 @@ def run_map(task: MapTask) -> ShardStats:
     metadata.update(dict(task.metadata))
 
     def results() -> Iterator[StageResult]:
-        batches = source.iter_batches(batch_size=task.batch_rows, use_threads=READ_THREADS)
+        batches = source.iter_batches(
+            batch_size=parquet_batch_rows(source.metadata, task.batch_rows, BATCH_BYTES),
+            use_threads=READ_THREADS,
+        )
         for batch in timed_reads(batches, parts):
             yield task.kernel(pa.Table.from_batches([batch]), task.spec)
 
@@ -373,7 +376,9 @@ def run_dedup_apply(task: DedupApplyTask) -> ShardStats:
                 earlier = pq.read_table(task.input_rejects_path)
             yield StageResult(output_schema.empty_table(), earlier)
         batches = source.iter_batches(
-            batch_size=task.batch_rows, columns=columns, use_threads=READ_THREADS
+            batch_size=parquet_batch_rows(source.metadata, task.batch_rows, BATCH_BYTES),
+            columns=columns,
+            use_threads=READ_THREADS,
         )
         for batch in timed_reads(batches, parts):
             table = pa.Table.from_batches([batch], schema=output_schema)

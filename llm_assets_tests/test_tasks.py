@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections import Counter
 from dataclasses import replace
@@ -198,3 +199,37 @@ def test_scatter_pieces_are_the_ipc_files_batches_and_a_short_file_is_an_error(t
     assert read_scatter_manifest(empty)["pieces"] == {}
     assert scatter_pieces([str(empty)]) == {}
     assert read_scatter_bucket([str(empty)], "train", 0) is None
+
+
+_SEEN_BATCHES: list[int] = []
+
+
+def _recording_kernel(table: pa.Table, spec: object) -> StageResult:
+    """Keeps every row and notes the size of the batch it was given."""
+    _SEEN_BATCHES.append(table.num_rows)
+    return StageResult(table, table.slice(0, 0))
+
+
+def _own(tmp_path: Path) -> Path:
+    folder = tmp_path / "length"
+    folder.mkdir()
+    return folder
+
+
+def test_a_stage_reads_wide_rows_in_batches_bounded_by_bytes(tmp_path, monkeypatch):
+    """A shard of large documents is read in batches of at most BATCH_BYTES (before: 8,192 rows
+    whatever their size, so every stage after raw_documents held a shard of 1,000 one-MB
+    documents at once: 1.6 GB just to read it). Rows of a few KiB still come 8,192 at a time."""
+    from llm_assets import tasks
+
+    monkeypatch.setattr(tasks, "BATCH_BYTES", 64 * 1024)
+    rows = 60
+    texts = [os.urandom(5_000).hex() for _ in range(rows)]  # 10,000 characters, no dictionary
+    table = pa.table({DOC_ID: [f"d{i}" for i in range(rows)], TEXT: texts})
+    pq.write_table(table, tmp_path / "in.parquet", row_group_size=25)
+    task = replace(_length_task(_own(tmp_path), [1]), kernel=_recording_kernel, batch_rows=8192)
+    task = replace(task, input_path=str(tmp_path / "in.parquet"))
+    _SEEN_BATCHES.clear()
+    stats = run_map(task)
+    assert stats.rows_out == rows
+    assert sum(_SEEN_BATCHES) == rows and max(_SEEN_BATCHES) <= 64 * 1024 // 10_000

@@ -836,7 +836,7 @@ def _read_parquet(path: str, source_file: str, spec: IngestSpec) -> Iterator[Sta
             return
         rows_read = 0
         try:
-            batch_size = _parquet_batch_rows(parquet.metadata, spec)
+            batch_size = parquet_batch_rows(parquet.metadata, spec.batch_rows, spec.batch_bytes)
             for record_batch in parquet.iter_batches(batch_size=batch_size):
                 yield _parquet_result(record_batch, rows_read, source_file, spec.text_field)
                 rows_read += record_batch.num_rows
@@ -862,15 +862,17 @@ def _parquet_row_groups_from(
             yield _corrupt(source_file, rows_read + 1, value)
             rows_read = group_end
             continue
-        batch_size = _parquet_batch_rows(parquet.metadata, spec)
+        batch_size = parquet_batch_rows(parquet.metadata, spec.batch_rows, spec.batch_bytes)
         for record_batch in table.to_batches(max_chunksize=batch_size):
             yield _parquet_result(record_batch, rows_read, source_file, spec.text_field)
             rows_read += record_batch.num_rows
 
 
-def _parquet_batch_rows(metadata: pq.FileMetaData, spec: IngestSpec) -> int:
-    """Rows per batch: ``spec.batch_rows``, fewer if the widest row group's rows (uncompressed
-    bytes per row, from the footer) would make a batch larger than ``spec.batch_bytes``."""
+def parquet_batch_rows(metadata: pq.FileMetaData, batch_rows: int, batch_bytes: int) -> int:
+    """Rows per batch when reading a Parquet file: ``batch_rows``, fewer if the widest row
+    group's rows (uncompressed bytes per row, from the footer) would make a batch larger than
+    ``batch_bytes``. Used for the input files and for every stage's reading of the shards
+    before it, so that memory follows bytes, not rows x document size, at every stage."""
     widest = max(
         (
             group.total_byte_size / group.num_rows
@@ -880,8 +882,8 @@ def _parquet_batch_rows(metadata: pq.FileMetaData, spec: IngestSpec) -> int:
         default=0,
     )
     if widest <= 0:
-        return spec.batch_rows
-    return max(1, min(spec.batch_rows, int(spec.batch_bytes // widest)))
+        return batch_rows
+    return max(1, min(batch_rows, int(batch_bytes // widest)))
 
 
 def _corrupt(source_file: str, line: int, value: str) -> StageResult:
