@@ -18,7 +18,7 @@ import re
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
@@ -226,6 +226,25 @@ class _Planned:
     input_fingerprint: str
     input_shards: tuple[str, ...]
     task: Any
+    sources: tuple[ShardRecord, ...] = ()
+    """The upstream shards the task reads, checked against the catalog before it runs."""
+
+
+def _check_sources(asset: str, sources: Iterable[ShardRecord]) -> None:
+    """Refuse to compute from upstream shard files that changed since they were recorded (their
+    checksum is not the catalog's): the output would be named, and reused ever after, as if
+    computed from the recorded ones (before: a shard edited or cut by hand, then a downstream
+    asset materialized on its own, poisoned that asset for good, every check passing). The
+    upstream asset, materialized again, computes such shards again from its own input."""
+    bad = [source for source in sources if not _unchanged(source, source.path)]
+    if bad:
+        upstream = bad[0].asset
+        raise StageInputError(
+            f"{asset}: {len(bad)} {upstream} shard file(s) changed or damaged since they were "
+            f"recorded (checksum differs from the catalog's, or the rejects file is gone): "
+            f"{[source.path for source in bad[:3]]}; materialize {upstream} again first (it "
+            f"computes them again), then {asset}"
+        )
 
 
 def _spec_config(spec: Any) -> dict[str, Any]:
@@ -277,6 +296,7 @@ def _execute(
             records[i] = record
         else:
             todo.append(i)
+    _check_sources(asset, (source for i in todo for source in planned[i].sources))
     if changed:
         ctx.log.warning(
             f"{asset}: {len(changed)} finished shard file(s) changed or damaged since they were "
@@ -734,7 +754,7 @@ def _run_map_stage(
             spec=spec,
             metadata=tuple(sorted((metadata or {}).items())),
         )
-        planned.append(_Planned(source.shard, out, rej, input_fp, (source.path,), task))
+        planned.append(_Planned(source.shard, out, rej, input_fp, (source.path,), task, (source,)))
     return _execute(
         ctx,
         asset=asset,
@@ -860,7 +880,7 @@ def run_filtered_documents(ctx: StageContext, spec: FilterSpec | LengthFilterSpe
             rejects_path=rej,
             input_fingerprint=input_fp,
         )
-        planned.append(_Planned(source.shard, out, rej, input_fp, (source.path,), task))
+        planned.append(_Planned(source.shard, out, rej, input_fp, (source.path,), task, (source,)))
     extra = {
         "exact_duplicates": outcome.exact_removed,
         "near_duplicates": outcome.near_removed,
@@ -1021,6 +1041,7 @@ def run_training_batches(
             out_dir = str(scatter_root / f"{source.shard}-{input_fp}")
             scatter_dirs.append(out_dir)
             if not scatter_done(out_dir, input_fp):
+                _check_sources(asset, [source])
                 scatter_tasks.append(
                     ScatterTask(source.shard, source.path, out_dir, input_fp, spec, n_buckets)
                 )

@@ -333,6 +333,46 @@ def test_a_damaged_catalog_fails_clearly_and_a_new_one_reuses_every_shard(in_pro
     assert output_checksums(tmp_path / "wh") == output_checksums(base / "warehouse")
 
 
+def _materialize_only(asset: str, root: Path, config: dict) -> dg.ExecuteInProcessResult:
+    return dg.materialize(
+        PIPELINE_ASSET_DEFS,
+        selection=[asset],
+        resources={"compute": ComputeResource(), "warehouse": WarehouseResource(root=str(root))},
+        run_config={"ops": {asset: {"config": config}}},
+        raise_on_error=False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("upstream", "asset", "config"),
+    [
+        (RAW_DOCUMENTS, NORMALIZED_DOCUMENTS, {"pii": "off"}),
+        (FILTERED_DOCUMENTS, TRAINING_BATCHES, {"seq_len": 64}),
+    ],
+)
+def test_a_shard_edited_by_hand_is_not_read_by_an_asset_materialized_alone(
+    sample_input, tmp_path, upstream, asset, config
+):
+    """An upstream shard whose file no longer has its recorded checksum (edited or cut by hand)
+    is not computed from when a downstream asset is materialized on its own with a new config:
+    the step fails naming the shard and saying to materialize the upstream again (before: it
+    read the edited file, and its output, named and reused as if computed from the recorded one,
+    kept the damage for good, every check passing). The whole job then repairs the shard."""
+    root = tmp_path / "wh"
+    assert materialize(sample_input, root).success
+    shard = WarehouseResource(root=str(root)).catalog().current_shards(upstream)[0]
+    table = pq.read_table(shard.path)
+    pq.write_table(table.slice(0, table.num_rows // 2), shard.path)  # half the rows gone
+    shutil.rmtree(root / TRAINING_BATCHES / "_scatter")  # (else the batches never read it)
+    result = _materialize_only(asset, root, config)
+    assert not result.success
+    message = _failure_message(result)
+    assert f"{upstream} shard file(s) changed or damaged" in message
+    assert f"materialize {upstream} again first" in message and Path(shard.path).name in message
+    assert materialize(sample_input, root).success
+    assert pq.read_metadata(shard.path).num_rows == table.num_rows
+
+
 def test_new_input_file_adds_shards_and_reuses_the_rest(sample_input, tmp_path):
     root = tmp_path / "warehouse"
     assert materialize(sample_input, root).success
