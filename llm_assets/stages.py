@@ -903,6 +903,19 @@ def run_filtered_documents(ctx: StageContext, spec: FilterSpec | LengthFilterSpe
     )
 
 
+def _dedup_scope(ctx: StageContext, filter_fingerprint: str) -> str:
+    """Whose history the dedup step reads and extends: the filter stage's config and those of
+    the stages before it (their current folders). Text normalized another way is another corpus
+    with another notion of "first seen" (before: the filter config alone, so a warehouse that
+    had run the default preset, then ``ascii_lower``, kept another copy of a duplicate than a
+    fresh warehouse running ``ascii_lower``)."""
+    upstream = [
+        sorted({s.fingerprint for s in ctx.catalog.current_shards(asset)})
+        for asset in (RAW_DOCUMENTS, NORMALIZED_DOCUMENTS, TOKENIZED_DOCUMENTS)
+    ]
+    return fingerprint(filter_fingerprint, upstream)
+
+
 def _resolve_duplicates(
     ctx: StageContext, annotated: StageReport, spec: FilterSpec, folder: Path
 ) -> DedupOutcome:
@@ -921,7 +934,7 @@ def _resolve_duplicates(
             [(s.shard, s.path) for s in annotated.shards],
             exact,
             near,
-            scope=annotated.fingerprint,
+            scope=_dedup_scope(ctx, annotated.fingerprint),
         )
     # Column by column: a list per column serializes ~3x faster than a dict per row.
     digest = fingerprint([outcome.drops[name].to_pylist() for name in outcome.drops.column_names])

@@ -274,7 +274,8 @@ def attach_in_order(
 # --- global resolution (driver) -------------------------------------------------------------------
 SEEN_TABLE = "dedup_seen"
 """Catalog table: every document id the dedup step has seen, with the ordinal of the run that
-first saw it, per ``scope`` (the filter stage's fingerprint: its config and code version). It is
+first saw it, per ``scope`` (the configs and code versions of the filter stage and the stages
+before it). It is
 what makes "first" stable across runs: a document added later loses to one kept before. Each
 config has a history of its own, so a config's output does not depend on which other configs ran
 in the warehouse before it. (Rows of catalogs from before the scope have a null scope and are

@@ -168,3 +168,30 @@ def test_dedup_and_filters_identical_on_every_backend(generated_run, tmp_path, b
     assert result.success
     ours, reference = output_checksums(root), output_checksums(base / "warehouse")
     assert [s for _, s in ours[FILTERED_DOCUMENTS]] == [s for _, s in reference[FILTERED_DOCUMENTS]]
+
+
+def test_dedup_history_is_per_upstream_config_too(tmp_path):
+    """Which copy of a duplicate is kept does not depend on the configs run before: ``a`` (words
+    separated by bullets, rejected by the quality rules under the default preset) becomes an
+    exact copy of ``b`` under ``ascii_lower``, which strips the bullets. A fresh warehouse
+    running ``ascii_lower`` keeps ``a`` (first in stable order); one that ran the default preset
+    first must keep ``a`` too (before: the dedup history was per filter config only, so ``b``,
+    seen in the default run, counted as first seen and ``a`` was dropped)."""
+    record = next(r for r in generate_records(50, seed=3) if len(r["text"].split()) > 100)
+    words = [w for w in record["text"].split() if w.isalpha()]  # no lone punctuation
+    (tmp_path / "input").mkdir()
+    _write_jsonl(tmp_path / "input" / "a.jsonl", [{"text": " \u2022 ".join(words)}])
+    _write_jsonl(tmp_path / "input" / "b.jsonl", [{"text": " ".join(words)}])
+
+    def kept(root: Path) -> list[str]:
+        return [r[0] for r in _sql(root, "SELECT source_file FROM filtered_documents")]
+
+    ascii_lower = {"preset": "ascii_lower"}
+    fresh = tmp_path / "fresh"
+    assert materialize(tmp_path / "input", fresh, normalized_documents=ascii_lower).success
+    assert kept(fresh) == ["a.jsonl"]
+    history = tmp_path / "history"
+    assert materialize(tmp_path / "input", history).success
+    assert kept(history) == ["b.jsonl"]  # a fails the quality rules with its bullets
+    assert materialize(tmp_path / "input", history, normalized_documents=ascii_lower).success
+    assert kept(history) == ["a.jsonl"]
