@@ -25,6 +25,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from llm_assets.compute.base import Logger, OnResult, ShardTaskFailed
@@ -95,6 +96,7 @@ from llm_assets.warehouse.shards import (
     remove_stale_temporaries,
     shard_file_name,
     stage_dir,
+    temporary_path,
 )
 
 TOKENIZER_META = "llm_assets.tokenizer."
@@ -903,6 +905,14 @@ def run_filtered_documents(ctx: StageContext, spec: FilterSpec | LengthFilterSpe
     )
 
 
+def _readable_parquet(path: Path, rows: int) -> bool:
+    """Whether ``path`` is a Parquet file whose footer reads and counts ``rows`` rows."""
+    try:
+        return pq.read_metadata(path).num_rows == rows
+    except (OSError, pa.ArrowException):
+        return False
+
+
 def _dedup_scope(ctx: StageContext, filter_fingerprint: str) -> str:
     """Whose history the dedup step reads and extends: the filter stage's config and those of
     the stages before it (their current folders). Text normalized another way is another corpus
@@ -939,9 +949,11 @@ def _resolve_duplicates(
     # Column by column: a list per column serializes ~3x faster than a dict per row.
     digest = fingerprint([outcome.drops[name].to_pylist() for name in outcome.drops.column_names])
     path = folder / "dedup" / f"drops-{digest}.parquet"
-    if not path.exists():
+    remove_stale_temporaries(path.parent)  # what a killed run left
+    if not _readable_parquet(path, outcome.drops.num_rows):
+        # Missing, or damaged since (it is named by its content, so it is simply written again).
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f"{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+        tmp = temporary_path(path)
         pq.write_table(outcome.drops, tmp)
         os.replace(tmp, path)
     return replace(outcome, path=str(path))
@@ -1266,6 +1278,7 @@ def _write_megatron(
                 )
             )
     ctx.log.info(f"{TRAINING_BATCHES}: writing {len(tasks)} Megatron dataset(s) (.bin/.idx)")
+    remove_stale_temporaries(folder / "megatron")  # what a killed export left
     run_on_backend(ctx, TRAINING_BATCHES, folder / "megatron", run_megatron, tasks)
     return prefixes
 

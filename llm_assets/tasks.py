@@ -478,10 +478,21 @@ def scatter_pieces(scatter_dirs: Iterable[str]) -> dict[str, list[ScatterPiece]]
 
 
 def scatter_done(output_dir: str | Path, input_fingerprint: str) -> bool:
-    """True when a scatter folder is complete for this input (its manifest says so)."""
+    """True when a scatter folder is complete for this input: its manifest says so and its
+    scatter file holds every piece the manifest places in it. A manifest that cannot be read or
+    a file cut short is not done, so the shard is scattered again (before: the gather failed on
+    every run, "shorter than its manifest says", until someone deleted the folder)."""
     if not (Path(output_dir) / SCATTER_MANIFEST).exists():
         return False
-    return read_scatter_manifest(output_dir).get("input_fingerprint") == input_fingerprint
+    try:
+        manifest = read_scatter_manifest(output_dir)
+        if manifest.get("input_fingerprint") != input_fingerprint:
+            return False
+        spans = [manifest["schema"], *manifest["pieces"].values()] if manifest["pieces"] else []
+        needed = max((int(offset) + int(length) for offset, length in spans), default=0)
+        return (Path(output_dir) / SCATTER_FILE).stat().st_size >= needed if needed else True
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
 
 
 def read_scatter_pieces(pieces: Iterable[ScatterPiece]) -> pa.Table | None:
@@ -832,12 +843,22 @@ class MegatronTask:
 
 
 def megatron_done(prefix: str | Path, input_fingerprint: str) -> bool:
-    """True when ``<prefix>.bin/.idx`` exist for this input (their ``.json`` sidecar says so);
-    either file deleted, the export is written again."""
+    """True when ``<prefix>.bin/.idx`` exist for this input (their ``.json`` sidecar says so)
+    and the ``.bin`` has the size the sidecar recorded; either file deleted or cut short (or a
+    sidecar of before the size was recorded, or unreadable), the export is written again."""
     sidecar = Path(f"{prefix}.json")
     if not all(Path(f"{prefix}{ext}").exists() for ext in (".json", ".idx", ".bin")):
         return False
-    return json.loads(sidecar.read_text()).get("input_fingerprint") == input_fingerprint
+    try:
+        recorded = json.loads(sidecar.read_text())
+        size = Path(f"{prefix}.bin").stat().st_size
+    except (OSError, ValueError):
+        return False
+    return (
+        isinstance(recorded, dict)
+        and recorded.get("input_fingerprint") == input_fingerprint
+        and recorded.get("bin_bytes") == size
+    )
 
 
 def run_megatron(task: MegatronTask) -> dict[str, Any]:
@@ -869,7 +890,12 @@ def run_megatron(task: MegatronTask) -> dict[str, Any]:
         raise
     Path(f"{task.prefix}.json").write_text(
         json.dumps(
-            {"input_fingerprint": task.input_fingerprint, "documents": documents, "tokens": tokens}
+            {
+                "input_fingerprint": task.input_fingerprint,
+                "documents": documents,
+                "tokens": tokens,
+                "bin_bytes": Path(f"{task.prefix}.bin").stat().st_size,
+            }
         )
     )
     return {

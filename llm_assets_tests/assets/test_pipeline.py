@@ -990,6 +990,41 @@ def test_a_deleted_megatron_bin_is_written_again(sample_input, tmp_path):
     assert {s: Path(f"{p}.bin").read_bytes() for s, p in prefixes.items()} == data
 
 
+def test_damaged_intermediate_files_are_written_again_not_fatal(sample_input, tmp_path):
+    """What a killed run or a damaged disk leaves among the intermediate files is repaired by
+    the next run, which succeeds with the same output (before: a scatter file cut short failed
+    every gather "shorter than its manifest says", a cut dedup drops file every dedup apply
+    "magic bytes not found", a cut Megatron .bin was reused as it was, and the temporary files
+    of a killed Megatron export or drops write stayed for good)."""
+    sample, root = sample_input, tmp_path / "wh"
+    first = materialize(sample, root, training_batches={"megatron": True})
+    assert first.success
+    expected = output_checksums(root)
+    prefixes = materializations(first)[TRAINING_BATCHES]["megatron"].value
+    data = {split: Path(f"{prefix}.bin").read_bytes() for split, prefix in prefixes.items()}
+    catalog = WarehouseResource(root=str(root)).catalog()
+    scatter = next((root / TRAINING_BATCHES / "_scatter").glob("*/buckets.arrow"))
+    os.truncate(scatter, scatter.stat().st_size // 2)
+    (drops,) = (root / FILTERED_DOCUMENTS).glob("*/dedup/drops-*.parquet")
+    os.truncate(drops, drops.stat().st_size // 2)
+    stale = [
+        drops.with_name(drops.name + ".tmp-0badc0de"),
+        Path(f"{prefixes['train']}.bin.tmp-0badc0de"),
+    ]
+    for path in stale:
+        path.write_bytes(b"left by a killed run")
+    os.truncate(f"{prefixes['train']}.bin", 10)
+    # Force the readers of the damaged files: a filtered shard and every batch file computed again.
+    Path(catalog.current_shards(FILTERED_DOCUMENTS)[0].path).unlink()
+    for batch_file in (root / TRAINING_BATCHES).glob("*/part-*.parquet"):
+        batch_file.unlink()
+    again = materialize(sample, root, training_batches={"megatron": True})
+    assert again.success
+    assert output_checksums(root) == expected
+    assert {s: Path(f"{p}.bin").read_bytes() for s, p in prefixes.items()} == data
+    assert not any(path.exists() for path in stale)
+
+
 @pytest.mark.parametrize(
     "batches_config",
     [
