@@ -119,7 +119,11 @@ class AtomicParquetWriter:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.tmp_path = temporary_path(self.path)
-        merged = dict(schema.metadata or {})
+        # Our keys come only from ``metadata`` (and ``commit``): those a table brings in its
+        # schema are its input's (input fingerprint, row counts), which pyarrow would otherwise
+        # store in the file's Arrow schema, where ``pq.read_schema`` shows them as this file's.
+        prefix = META_PREFIX.encode()
+        merged = {k: v for k, v in (schema.metadata or {}).items() if not k.startswith(prefix)}
         merged.update({k.encode(): str(v).encode() for k, v in (metadata or {}).items()})
         self.schema = schema.with_metadata(merged)
         self.row_group_rows = row_group_rows

@@ -63,6 +63,25 @@ def test_commit_renames_into_place_with_footer_and_checksum(tmp_path):
     assert not [p for p in path.parent.iterdir() if TMP_MARKER in p.name]
 
 
+def test_a_tables_own_bookkeeping_keys_are_not_stored_as_this_files(tmp_path):
+    """A table read from the stage before brings that shard's keys in its schema (input
+    fingerprint, row counts); they are not written into this file's Arrow schema (before:
+    ``pq.read_schema`` showed the input shard's ``rows_rejected`` and fingerprint as this
+    file's). Other schema metadata is kept."""
+    upstream = SCHEMA.with_metadata(
+        {INPUT_FINGERPRINT: "the input's", "llm_assets.rows_rejected": "0", "other": "kept"}
+    )
+    path = tmp_path / "part-a.parquet"
+    writer = AtomicParquetWriter(path, upstream, metadata={"llm_assets.kind": "test"})
+    writer.write(pa.table({"a": [1], "b": ["x"]}))
+    writer.commit({INPUT_FINGERPRINT: "this file's", "llm_assets.rows_rejected": "3"})
+    schema_meta = {k.decode(): v.decode() for k, v in pq.read_schema(path).metadata.items()}
+    assert schema_meta.get(INPUT_FINGERPRINT) in (None, "this file's")
+    assert schema_meta.get("llm_assets.rows_rejected") in (None, "3")
+    assert schema_meta["other"] == "kept" and schema_meta["llm_assets.kind"] == "test"
+    assert read_footer_metadata(path)[INPUT_FINGERPRINT] == "this file's"
+
+
 def test_same_rows_give_byte_identical_files(tmp_path):
     table = pa.table({"a": list(range(1000)), "b": [str(i) for i in range(1000)]})
     sums = []
