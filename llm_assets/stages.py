@@ -283,7 +283,10 @@ def _execute(
     recovered: list[ShardRecord] = []
     changed: list[str] = []
     for i, plan in enumerate(planned):
-        if completed_input_fingerprint(plan.output_path) == plan.input_fingerprint:
+        done_for = completed_input_fingerprint(plan.output_path)
+        if done_for is None and Path(plan.output_path).exists():
+            changed.append(plan.shard)  # there, but its footer does not read: cut or damaged
+        if done_for == plan.input_fingerprint:
             record = known.get((plan.shard, plan.input_fingerprint))
             if record is not None and not _unchanged(record, plan.output_path):
                 changed.append(plan.shard)

@@ -244,10 +244,13 @@ def test_lost_shards_are_recomputed_byte_identical(in_process_run, tmp_path):
     assert not list(Path(victim.path).parent.glob("*.tmp-*"))
 
 
-def test_a_damaged_shard_is_computed_again_not_reused(in_process_run):
+@pytest.mark.parametrize("damage", ["flipped", "cut"])
+def test_a_damaged_shard_is_computed_again_not_reused(in_process_run, damage):
     """Bytes flipped in the middle of a finished shard, its footer intact (so its input
     fingerprint still reads): its checksum no longer matches the catalog's, so the next run
-    computes it again and ends byte-identical (before: reused, and the next stage failed on it)."""
+    computes it again and ends byte-identical (before: reused, and the next stage failed on it).
+    A shard cut short (its footer gone) is computed again too, with the same warning (before:
+    silently)."""
     base, _ = in_process_run
     root = base / "warehouse"
     before = output_checksums(root)
@@ -256,7 +259,7 @@ def test_a_damaged_shard_is_computed_again_not_reused(in_process_run):
     data = bytearray(victim.read_bytes())
     middle = len(data) // 2
     data[middle : middle + 2000] = bytes(b ^ 0xFF for b in data[middle : middle + 2000])
-    victim.write_bytes(bytes(data))
+    victim.write_bytes(bytes(data) if damage == "flipped" else bytes(data[:middle]))
     instance = dg.DagsterInstance.ephemeral()
     result = materialize(base / "input", root, instance=instance)
     assert result.success
