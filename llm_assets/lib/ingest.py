@@ -13,6 +13,7 @@ from __future__ import annotations
 import csv
 import io
 import os
+import struct
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -413,30 +414,58 @@ class _ZstdFrames(io.RawIOBase):
         return b"".join(chunks)
 
 
-_GZIP_WBITS = 16 + zlib.MAX_WBITS
-"""zlib's ``wbits`` for one gzip member: header, deflate data, then CRC-32 and length checked."""
 _GZIP_PIECE = 64 << 10
-"""Decompressed bytes asked of zlib at a time. zlib drops the output of a call that fails, so a
-small piece keeps the records decoded before an error, as :class:`gzip.GzipFile` does (and bounds
-what one compressed chunk expands to)."""
+"""Decompressed bytes asked of zlib at a time (bounds what one compressed chunk expands to)."""
+_GZIP_FLAGS = {"FHCRC": 2, "FEXTRA": 4, "FNAME": 8, "FCOMMENT": 16}
+
+
+def _gzip_header_length(data: bytes) -> int | None:
+    """Length of the gzip member header (RFC 1952) that ``data`` starts with, or None when
+    ``data`` is too short to tell. Raises :class:`zlib.error` if it is not a gzip header."""
+    if len(data) < 10:
+        return None
+    if data[:2] != b"\x1f\x8b":
+        raise zlib.error(f"not a gzip member (starts with {bytes(data[:2])!r})")
+    if data[2] != 8:
+        raise zlib.error(f"unknown gzip compression method {data[2]}")
+    flags, pos = data[3], 10
+    if flags & _GZIP_FLAGS["FEXTRA"]:
+        if len(data) < pos + 2:
+            return None
+        pos += 2 + int.from_bytes(data[pos : pos + 2], "little")
+    for flag in ("FNAME", "FCOMMENT"):
+        if flags & _GZIP_FLAGS[flag]:
+            end = data.find(b"\0", pos)
+            if end < 0:
+                return None
+            pos = end + 1
+    if flags & _GZIP_FLAGS["FHCRC"]:
+        pos += 2
+    return pos if len(data) >= pos else None
 
 
 class _GzipMembers(io.RawIOBase):
     """Decompress concatenated gzip members (as :class:`gzip.GzipFile` does, zero padding between
     them allowed), counting the lines decoded from each one.
 
-    gzip checks a member's CRC only at its end, so the records of a member damaged midway have
-    been parsed (some garbled, some lost) by the time the damage is found; the error then names
-    the member and the lines decoded from it, so that its ``corrupt_file`` reject says which
-    records before it may be damaged. A source that ends inside a member raises EOFError.
+    The header and the trailer (CRC-32 and length) are read here and the deflate data by zlib
+    raw, so that every byte decoded is handed out before the trailer is checked (zlib's own gzip
+    mode drops the output of the call that finds a bad trailer: up to a piece of intact records
+    lost without a reject). gzip checks a member only at its end, so the records of a member
+    damaged midway have been parsed (some garbled, some lost) by the time the damage is found;
+    the error then names the member and the lines decoded from it, so that its ``corrupt_file``
+    reject says which records before it may be damaged. A source that ends inside a member
+    raises EOFError.
     """
 
     def __init__(self, source: IO[bytes]) -> None:
         super().__init__()
         self._source = source
-        self._member = zlib.decompressobj(_GZIP_WBITS)
-        self._in_member = False
+        self._state = "between"  # then "header", "body", "trailer", and "between" again
+        self._member = zlib.decompressobj(-zlib.MAX_WBITS)
+        self._crc = self._size = 0
         self._input = b""
+        self._need_input = True
         self._more_output = False
         self._pending = memoryview(b"")
         self._error: zlib.error | None = None
@@ -451,14 +480,15 @@ class _GzipMembers(io.RawIOBase):
         while not self._pending:
             if self._error is not None:
                 raise self._error
-            if not self._input and not self._more_output:
-                self._input = self._source.read(_READ_CHUNK)
-                if not self._input:
-                    if self._in_member:
+            if self._need_input and not self._more_output:
+                chunk = self._source.read(_READ_CHUNK)
+                if not chunk:
+                    if self._state != "between" or self._input.strip(b"\0"):
                         raise EOFError(
                             "Compressed file ended before the end-of-stream marker was reached"
                         )
                     return 0
+                self._input += chunk
             self._pending = memoryview(self._inflate())
         size = min(len(buffer), len(self._pending))
         buffer[:size] = self._pending[:size]
@@ -466,38 +496,70 @@ class _GzipMembers(io.RawIOBase):
         return size
 
     def _inflate(self) -> bytes:
-        """The next piece of data decoded from the pending input. A damaged member raises on the
-        next read, once the data decoded before the damage has been read (as in
-        :class:`_ZstdFrames`)."""
+        """The next piece of data decoded from the pending input (``_need_input`` set when more
+        is needed first). A damaged member raises on the next read, once the data decoded
+        before the damage has been read (as in :class:`_ZstdFrames`)."""
+        self._need_input = False
         try:
-            if not self._in_member:
+            if self._state == "between":
                 self._input = self._input.lstrip(b"\0")
                 if not self._input:
+                    self._need_input = True
                     return b""
-                self._in_member = True
+                self._state = "header"
                 self._members += 1
                 self._member_lines = 0
-            data = self._member.decompress(self._input, _GZIP_PIECE)
+            if self._state == "header":
+                length = _gzip_header_length(self._input)
+                if length is None:
+                    self._need_input = True
+                    return b""
+                self._input = self._input[length:]
+                self._member = zlib.decompressobj(-zlib.MAX_WBITS)
+                self._crc = self._size = 0
+                self._state = "body"
+            data = b""
+            if self._state == "body":
+                data = self._member.decompress(self._input, _GZIP_PIECE)
+                self._input = self._member.unconsumed_tail
+                # A full piece may leave output inside zlib with no input left: ask again.
+                self._more_output = len(data) == _GZIP_PIECE
+                self._crc = zlib.crc32(data, self._crc)
+                self._size += len(data)
+                self._member_lines += data.count(b"\n")
+                if self._member.eof:
+                    self._input = self._member.unused_data
+                    self._state = "trailer"
+                    self._more_output = False
+                elif not self._input and not self._more_output:
+                    self._need_input = True
+            if self._state == "trailer":
+                if len(self._input) < 8:
+                    self._need_input = True
+                    return data
+                crc, size = struct.unpack("<II", self._input[:8])
+                self._input = self._input[8:]
+                self._state = "between"
+                self._lines_before += self._member_lines
+                if crc != self._crc:
+                    self._error = self._damaged(zlib.error("CRC check failed"), damaged=True)
+                elif size != self._size & 0xFFFFFFFF:
+                    self._error = self._damaged(
+                        zlib.error("incorrect length of data produced"), damaged=True
+                    )
+            return data
         except zlib.error as error:
             self._error = self._damaged(error)
             return b""
-        self._input = self._member.unconsumed_tail
-        # A full piece may leave output inside zlib with no input left: ask again before reading.
-        self._more_output = len(data) == _GZIP_PIECE
-        self._member_lines += data.count(b"\n")
-        if self._member.eof:
-            self._in_member = self._more_output = False
-            self._lines_before += self._member_lines
-            self._input = self._member.unused_data
-            self._member = zlib.decompressobj(_GZIP_WBITS)
-        return data
 
-    def _damaged(self, error: zlib.error) -> zlib.error:
-        """``error``, naming the damaged member and the lines already decoded from it."""
-        first = self._lines_before + 1
+    def _damaged(self, error: zlib.error, damaged: bool = False) -> zlib.error:
+        """``error``, naming the damaged member and the lines already decoded from it (already
+        counted in ``_lines_before`` when the member ended: ``damaged``, a bad trailer)."""
+        before = self._lines_before - (self._member_lines if damaged else 0)
+        first = before + 1
         if not self._member_lines:
             return zlib.error(f"{error} (gzip member {self._members}, from line {first})")
-        last = self._lines_before + self._member_lines
+        last = before + self._member_lines
         return zlib.error(
             f"{error}: gzip member {self._members} is damaged; its records read before this reject"
             f" (lines {first}-{last}, {self._member_lines} lines) may be damaged too: gzip checks"
