@@ -32,6 +32,7 @@ from llm_assets.compute.base import Logger, OnResult, ShardTaskFailed
 from llm_assets.constants import (
     FILTERED_DOCUMENTS,
     NORMALIZED_DOCUMENTS,
+    PIPELINE_ASSETS,
     RAW_DOCUMENTS,
     STAGE_CODE_VERSIONS,
     TOKENIZED_DOCUMENTS,
@@ -482,28 +483,30 @@ def reject_reason_counts(catalog: Catalog, asset: str) -> dict[str, int]:
 
 
 def _upstream(ctx: StageContext, asset: str) -> list[ShardRecord]:
-    """The current shards of ``asset``, which this stage reads. When this run materialized
-    ``asset`` itself, they must still be of that materialization's config: runs take turns per
-    step, not per run, so another run with another config (a manual run beside a sensor run)
-    may have made its own output current in between, and reading it would build this run's
-    step on the other run's config, unnoticed (every check passes). That fails here, saying so."""
+    """The current shards of ``asset``, which this stage reads, after checking that they are
+    what this run built. Runs take turns per step, not per run, so another run (a manual run
+    beside a sensor run) may have materialized ``asset``, or a stage before it, in between; if
+    its config differs from this run's (another input folder, preset, tokenizer...), reading on
+    would build this run's step on the other run's data, unnoticed (every check passes). That
+    fails here, saying so. Only stages this run materialized itself are compared."""
     shards = ctx.catalog.current_shards(asset)
     if not shards:
         raise StageInputError(
             f"{asset} has no shards in the catalog {ctx.catalog.path}: materialize it first"
         )
-    ours = ctx.catalog.run_materialization(asset, ctx.run_id)
-    current = {s.fingerprint for s in shards}
-    if ours is not None and current != {ours}:
-        latest = ctx.catalog.latest_materialization(asset)
-        other = f"run {latest[0]}" if latest else "another run"
-        raise StageInputError(
-            f"{asset} was materialized again by {other} with another config (its folder "
-            f"{', '.join(sorted(current))}, this run's {ours}) after this run materialized it: "
-            f"this step would read that run's {asset}, not this run's. Run this run again; "
-            "runs with different configs share the warehouse's current outputs, so run them "
-            "one after the other, or give each its own warehouse root"
-        )
+    chain = PIPELINE_ASSETS[: PIPELINE_ASSETS.index(asset) + 1]
+    for earlier, (ours, latest) in ctx.catalog.materialization_states(chain, ctx.run_id).items():
+        if ours is None or latest.run_id == ctx.run_id:
+            continue
+        if (latest.fingerprint, latest.config) != (ours.fingerprint, ours.config):
+            raise StageInputError(
+                f"{earlier} was materialized again by run {latest.run_id} with another config "
+                f"(config {latest.config}; this run's: {ours.config}) after this run "
+                f"materialized it: this step would read data built from that run's {earlier}, "
+                "not this run's. Run this run again; runs with different configs share the "
+                "warehouse's current outputs, so run them one after the other, or give each "
+                "its own warehouse root"
+            )
     missing = [s.path for s in shards if not Path(s.path).exists()]
     if missing:
         raise StageInputError(

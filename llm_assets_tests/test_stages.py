@@ -191,3 +191,48 @@ def test_a_step_refuses_an_upstream_another_run_replaced_with_another_config(tmp
                        r"run run-b with another config .* Run this run again"):  # fmt: skip
         stages.run_tokenized_documents(a, TokenizerSpec())
     assert stages.run_tokenized_documents(b, TokenizerSpec()).shards
+
+
+def test_the_refusal_covers_every_earlier_stage_and_its_input_folder(tmp_path):
+    """Not only the stage read: a run is refused when another run re-materialized any stage
+    before it with another config, the input folder included (before the fix of the fix: run A
+    read folder X, run B folder Y, and A's normalize step read Y's documents; and a run whose
+    raw text_field differed two stages up tokenized the other run's text, the stage in between
+    having the same config in both)."""
+    import logging
+
+    from llm_assets.compute.in_process import InProcessBackend
+    from llm_assets.lib.ingest import IngestSpec
+    from llm_assets.lib.normalize import NormalizeSpec
+    from llm_assets.lib.tokenization import TokenizerSpec
+    from llm_assets.warehouse.catalog import Catalog
+
+    for folder, text in (("x", "from folder X"), ("y", "from folder Y")):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / f"{folder}.jsonl").write_text(
+            f'{{"text": "a document {text}", "body": "the body field {text}"}}\n'
+        )
+
+    def context(root: str, run_id: str) -> stages.StageContext:
+        return stages.StageContext(
+            warehouse_root=tmp_path / root,
+            catalog=Catalog(tmp_path / root / "catalog.duckdb"),
+            compute=InProcessBackend(),
+            log=logging.getLogger("test"),
+            run_id=run_id,
+        )
+
+    a, b = context("wh1", "run-a"), context("wh1", "run-b")
+    stages.run_raw_documents(a, tmp_path / "x", IngestSpec(), rows_per_shard=1000)
+    stages.run_raw_documents(b, tmp_path / "y", IngestSpec(), rows_per_shard=1000)
+    with pytest.raises(StageInputError, match=r"raw_documents was materialized again by run run-b"):
+        stages.run_normalized_documents(a, NormalizeSpec())
+
+    a, b = context("wh2", "run-a"), context("wh2", "run-b")
+    stages.run_raw_documents(a, tmp_path / "x", IngestSpec(), rows_per_shard=1000)
+    stages.run_normalized_documents(a, NormalizeSpec())
+    stages.run_raw_documents(b, tmp_path / "x", IngestSpec(text_field="body"), rows_per_shard=1000)
+    stages.run_normalized_documents(b, NormalizeSpec())  # the same normalize config as A's
+    with pytest.raises(StageInputError, match=r"raw_documents was materialized again by run run-b"):
+        stages.run_tokenized_documents(a, TokenizerSpec())
+    assert stages.run_tokenized_documents(b, TokenizerSpec()).shards

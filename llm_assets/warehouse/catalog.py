@@ -110,6 +110,15 @@ class CatalogUnreadableError(OSError):
 
 
 @dataclass(frozen=True)
+class MaterializationState:
+    """Which run materialized an asset, into which stage folder, with which config (JSON)."""
+
+    run_id: str
+    fingerprint: str
+    config: str
+
+
+@dataclass(frozen=True)
 class ShardRecord:
     """One finished shard, as the catalog stores it."""
 
@@ -391,32 +400,32 @@ class Catalog:
             [asset],
         )
 
-    def run_materialization(self, asset: str, run_id: str) -> str | None:
-        """The fingerprint of the latest materialization of ``asset`` by run ``run_id`` (None
-        if that run has not materialized it)."""
-        _check_asset(asset)
-        if not self.path.exists():
-            return None
+    def materialization_states(
+        self, assets: Sequence[str], run_id: str
+    ) -> dict[str, tuple[MaterializationState | None, MaterializationState]]:
+        """Per asset of ``assets`` materialized at all: (its latest materialization by run
+        ``run_id``, or None; its latest materialization by any run). One query."""
+        for asset in assets:
+            _check_asset(asset)
+        if not self.path.exists() or not assets:
+            return {}
         with self.connect() as con:
-            row = con.execute(
-                "SELECT fingerprint FROM materializations WHERE asset = ? AND run_id = ? "
-                "ORDER BY finished_at DESC LIMIT 1",
-                [asset, run_id],
-            ).fetchone()
-        return None if row is None else str(row[0])
-
-    def latest_materialization(self, asset: str) -> tuple[str, str] | None:
-        """(run id, fingerprint) of the latest materialization of ``asset``, or None."""
-        _check_asset(asset)
-        if not self.path.exists():
-            return None
-        with self.connect() as con:
-            row = con.execute(
-                "SELECT run_id, fingerprint FROM materializations WHERE asset = ? "
-                "ORDER BY finished_at DESC LIMIT 1",
-                [asset],
-            ).fetchone()
-        return None if row is None else (str(row[0]), str(row[1]))
+            rows = con.execute(
+                "SELECT asset, run_id, fingerprint, config, run_id = $run AS ours, "
+                "row_number() OVER (PARTITION BY asset ORDER BY finished_at DESC) AS n, "
+                "row_number() OVER (PARTITION BY asset, run_id = $run ORDER BY finished_at DESC) "
+                "AS n_here FROM materializations WHERE list_contains($assets, asset) "
+                "QUALIFY n = 1 OR (ours AND n_here = 1)",
+                {"run": run_id, "assets": list(assets)},
+            ).fetchall()
+        states: dict[str, dict[str, MaterializationState]] = {}
+        for asset, run, fp, config, ours, n, _ in rows:
+            state = MaterializationState(str(run), str(fp), str(config))
+            if ours:
+                states.setdefault(asset, {})["ours"] = state
+            if n == 1:
+                states.setdefault(asset, {})["latest"] = state
+        return {a: (st.get("ours"), st["latest"]) for a, st in states.items() if "latest" in st}
 
     def stage_shards(self, asset: str, fingerprint: str) -> list[ShardRecord]:
         """Every shard recorded in one stage folder of ``asset`` (one stage config and code
