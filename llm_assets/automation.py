@@ -184,6 +184,8 @@ def build_input_folder_sensor(
                 failures = failed["failures"] + 1 if same_change else 1
                 ended = record.end_time or time.time()
                 failed = {
+                    "key": pending["key"],
+                    "target": state["files"],
                     "digest": pending["digest"],
                     "run_id": record.dagster_run.run_id,
                     "status": record.dagster_run.status.value,
@@ -197,6 +199,14 @@ def build_input_folder_sensor(
                     f"{_retry_delay(failures):g} s, or at once when another file changes"
                 )
                 pending = None
+        if failed and "key" in failed and failed["key"] != (pending or {}).get("key"):
+            # Re-executed from the UI since the sensor saw the failure (a re-execution keeps the
+            # run key): once one succeeds, the failed request's changes are done.
+            outcome, _ = _sensor_run_outcome(context.instance, name, failed["key"])
+            if outcome == "succeeded":
+                if not pending:
+                    before = failed["target"]
+                failed = None
         cursor_now = {"files": before, "runs": state["runs"], "pending": pending, "failed": failed}
 
         def skip(message: str) -> dg.SensorResult | dg.SkipReason:

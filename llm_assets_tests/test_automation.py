@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import dagster as dg
+import pytest
 
 from llm_assets import automation
 from llm_assets.assets.pipeline import PIPELINE_ASSET_DEFS
@@ -163,23 +164,38 @@ def test_a_change_whose_run_failed_is_requested_again(tmp_path, monkeypatch):
     assert isinstance(evaluate(settled.cursor), dg.SkipReason)
 
 
-def test_a_successful_reexecution_settles_a_failed_change(tmp_path):
+@pytest.mark.parametrize("seen", [False, True], ids=["before_the_next_tick", "after_it"])
+def test_a_successful_reexecution_settles_a_failed_change(tmp_path, monkeypatch, seen):
     """Re-executing a failed sensor run (it keeps the run key) and succeeding counts: the change
-    is not requested again."""
+    is not requested again, whether the sensor saw the failure first or not (before the review
+    of the fix: once a tick had seen the failure, a later successful re-execution was ignored
+    and the change requested again after the delay)."""
     folder = tmp_path / "in"
     folder.mkdir()
     _aged(Path(shutil.copy(SAMPLE_DIR / "wiki_sample.jsonl", folder)))
     instance = dg.DagsterInstance.ephemeral()
     sensor = build_input_folder_sensor(str(folder))
-    first = sensor(dg.build_sensor_context(instance=instance, cursor=None))
+
+    def evaluate(cursor):
+        return sensor(dg.build_sensor_context(instance=instance, cursor=cursor))
+
+    first = evaluate(None)
     (request,) = first.run_requests
     not_a_folder = tmp_path / "file"
     not_a_folder.write_text("x\n")
     assert not _run(request, not_a_folder, instance, sensor).success
+    cursor = first.cursor
+    if seen:
+        saw = evaluate(cursor)
+        assert "ended FAILURE" in saw.skip_reason.skip_message
+        cursor = saw.cursor
     assert _run(request, tmp_path / "warehouse", instance, sensor).success  # the re-execution
-    after = sensor(dg.build_sensor_context(instance=instance, cursor=first.cursor))
+    monkeypatch.setattr(automation, "RETRY_AFTER_SECONDS", 0.0)  # past any retry delay
+    after = evaluate(cursor)
     assert not after.run_requests and "no new, changed" in after.skip_reason.skip_message
-    assert json.loads(after.cursor)["pending"] is None
+    state = json.loads(after.cursor)
+    assert state["pending"] is None and state["failed"] is None
+    assert isinstance(evaluate(after.cursor), dg.SkipReason)
 
 
 def test_sensor_waits_for_a_file_to_settle_then_runs_once(tmp_path):
