@@ -911,10 +911,12 @@ def run_filtered_documents(ctx: StageContext, spec: FilterSpec | LengthFilterSpe
     )
 
 
-def _readable_parquet(path: Path, rows: int) -> bool:
-    """Whether ``path`` is a Parquet file whose footer reads and counts ``rows`` rows."""
+def _holds(path: Path, table: pa.Table) -> bool:
+    """Whether the Parquet file at ``path`` reads and holds exactly ``table`` (the dedup
+    decisions, a few bytes per duplicate: reading them back costs little, and a file damaged
+    since, cut or with flipped bytes, is caught instead of misapplied)."""
     try:
-        return pq.read_metadata(path).num_rows == rows
+        return pq.read_table(path).equals(table)
     except (OSError, pa.ArrowException):
         return False
 
@@ -956,7 +958,7 @@ def _resolve_duplicates(
     digest = fingerprint([outcome.drops[name].to_pylist() for name in outcome.drops.column_names])
     path = folder / "dedup" / f"drops-{digest}.parquet"
     remove_stale_temporaries(path.parent)  # what a killed run left
-    if not _readable_parquet(path, outcome.drops.num_rows):
+    if not _holds(path, outcome.drops):
         # Missing, or damaged since (it is named by its content, so it is simply written again).
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = temporary_path(path)

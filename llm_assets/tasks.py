@@ -65,6 +65,7 @@ from llm_assets.warehouse.shards import (
     ROWS_REJECTED,
     STATS,
     AtomicParquetWriter,
+    file_checksum,
     read_footer_metadata,
     temporary_path,
 )
@@ -479,19 +480,21 @@ def scatter_pieces(scatter_dirs: Iterable[str]) -> dict[str, list[ScatterPiece]]
 
 def scatter_done(output_dir: str | Path, input_fingerprint: str) -> bool:
     """True when a scatter folder is complete for this input: its manifest says so and its
-    scatter file holds every piece the manifest places in it. A manifest that cannot be read or
-    a file cut short is not done, so the shard is scattered again (before: the gather failed on
-    every run, "shorter than its manifest says", until someone deleted the folder)."""
-    if not (Path(output_dir) / SCATTER_MANIFEST).exists():
+    scatter file still has the checksum the manifest recorded. A manifest that cannot be read,
+    or a file cut or changed since (or a manifest of before the checksum was recorded), is not
+    done, so the shard is scattered again (before: a cut file failed the gather on every run,
+    "shorter than its manifest says", and flipped bytes were gathered into the batches)."""
+    folder = Path(output_dir)
+    if not (folder / SCATTER_MANIFEST).exists():
         return False
     try:
-        manifest = read_scatter_manifest(output_dir)
-        if manifest.get("input_fingerprint") != input_fingerprint:
-            return False
-        spans = [manifest["schema"], *manifest["pieces"].values()] if manifest["pieces"] else []
-        needed = max((int(offset) + int(length) for offset, length in spans), default=0)
-        return (Path(output_dir) / SCATTER_FILE).stat().st_size >= needed if needed else True
-    except (OSError, ValueError, KeyError, TypeError):
+        manifest = read_scatter_manifest(folder)
+        return (
+            isinstance(manifest, dict)
+            and manifest.get("input_fingerprint") == input_fingerprint
+            and manifest.get("checksum") == file_checksum(folder / SCATTER_FILE)
+        )
+    except (OSError, ValueError):
         return False
 
 
@@ -597,6 +600,7 @@ def run_scatter(task: ScatterTask) -> dict[str, Any]:
                 json.dumps(
                     {
                         "input_fingerprint": task.input_fingerprint,
+                        "checksum": file_checksum(tmp / SCATTER_FILE),
                         "counts": counts,
                         "schema": schema,
                         "pieces": pieces,

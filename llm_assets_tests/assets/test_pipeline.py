@@ -993,7 +993,14 @@ def test_a_deleted_megatron_bin_is_written_again(sample_input, tmp_path):
     assert {s: Path(f"{p}.bin").read_bytes() for s, p in prefixes.items()} == data
 
 
-def test_damaged_intermediate_files_are_written_again_not_fatal(sample_input, tmp_path):
+def _flip_middle(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("damage", ["cut", "flipped"])
+def test_damaged_intermediate_files_are_written_again_not_fatal(sample_input, tmp_path, damage):
     """What a killed run or a damaged disk leaves among the intermediate files is repaired by
     the next run, which succeeds with the same output (before: a scatter file cut short failed
     every gather "shorter than its manifest says", a cut dedup drops file every dedup apply
@@ -1007,9 +1014,11 @@ def test_damaged_intermediate_files_are_written_again_not_fatal(sample_input, tm
     data = {split: Path(f"{prefix}.bin").read_bytes() for split, prefix in prefixes.items()}
     catalog = WarehouseResource(root=str(root)).catalog()
     scatter = next((root / TRAINING_BATCHES / "_scatter").glob("*/buckets.arrow"))
-    os.truncate(scatter, scatter.stat().st_size // 2)
     (drops,) = (root / FILTERED_DOCUMENTS).glob("*/dedup/drops-*.parquet")
-    os.truncate(drops, drops.stat().st_size // 2)
+    for path in (scatter, drops):
+        # Cut, or one bit flipped with the size and footer intact (before the review of the fix:
+        # a flipped bit passed the size and footer checks and went into the batches silently).
+        os.truncate(path, path.stat().st_size // 2) if damage == "cut" else _flip_middle(path)
     stale = [
         drops.with_name(drops.name + ".tmp-0badc0de"),
         Path(f"{prefixes['train']}.bin.tmp-0badc0de"),
