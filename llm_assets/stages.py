@@ -482,6 +482,20 @@ def reject_reason_counts(catalog: Catalog, asset: str) -> dict[str, int]:
     return {reason: int(n) for reason, n in rows}
 
 
+def _config_difference(ours: str, theirs: str) -> str:
+    """The settings two recorded configs (JSON) differ in, as ``key: ours -> theirs``."""
+    try:
+        mine, other = json.loads(ours), json.loads(theirs)
+    except ValueError:
+        return f"this run's {ours}, that run's {theirs}"
+    if not isinstance(mine, dict) or not isinstance(other, dict):
+        return f"this run's {ours}, that run's {theirs}"
+    keys = sorted(k for k in mine.keys() | other.keys() if mine.get(k) != other.get(k))
+    if not keys:
+        return "another code version"
+    return "; ".join(f"{k}: this run's {mine.get(k)!r}, that run's {other.get(k)!r}" for k in keys)
+
+
 def _upstream(ctx: StageContext, asset: str) -> list[ShardRecord]:
     """The current shards of ``asset``, which this stage reads, after checking that they are
     what this run built. Runs take turns per step, not per run, so another run (a manual run
@@ -501,7 +515,7 @@ def _upstream(ctx: StageContext, asset: str) -> list[ShardRecord]:
         if (latest.fingerprint, latest.config) != (ours.fingerprint, ours.config):
             raise StageInputError(
                 f"{earlier} was materialized again by run {latest.run_id} with another config "
-                f"(config {latest.config}; this run's: {ours.config}) after this run "
+                f"({_config_difference(ours.config, latest.config)}) after this run "
                 f"materialized it: this step would read data built from that run's {earlier}, "
                 "not this run's. Run this run again; runs with different configs share the "
                 "warehouse's current outputs, so run them one after the other, or give each "
@@ -686,7 +700,9 @@ def run_raw_documents(
     if rows_per_shard < 1:
         raise StageInputError(f"rows_per_shard must be >= 1, got {rows_per_shard}")
     asset = RAW_DOCUMENTS
-    config = {"input_dir": str(input_dir), "rows_per_shard": rows_per_shard, **asdict(spec)}
+    # Resolved: the same folder given as a relative, absolute or linked path is one config.
+    resolved = str(Path(input_dir).expanduser().resolve())
+    config = {"input_dir": resolved, "rows_per_shard": rows_per_shard, **asdict(spec)}
     stage_fp = fingerprint(
         asset, STAGE_CODE_VERSIONS[asset], {**asdict(spec), "rows": rows_per_shard}
     )

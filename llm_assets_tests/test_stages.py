@@ -193,7 +193,7 @@ def test_a_step_refuses_an_upstream_another_run_replaced_with_another_config(tmp
     assert stages.run_tokenized_documents(b, TokenizerSpec()).shards
 
 
-def test_the_refusal_covers_every_earlier_stage_and_its_input_folder(tmp_path):
+def test_the_refusal_covers_every_earlier_stage_and_its_input_folder(tmp_path, monkeypatch):
     """Not only the stage read: a run is refused when another run re-materialized any stage
     before it with another config, the input folder included (before the fix of the fix: run A
     read folder X, run B folder Y, and A's normalize step read Y's documents; and a run whose
@@ -233,6 +233,18 @@ def test_the_refusal_covers_every_earlier_stage_and_its_input_folder(tmp_path):
     stages.run_normalized_documents(a, NormalizeSpec())
     stages.run_raw_documents(b, tmp_path / "x", IngestSpec(text_field="body"), rows_per_shard=1000)
     stages.run_normalized_documents(b, NormalizeSpec())  # the same normalize config as A's
-    with pytest.raises(StageInputError, match=r"raw_documents was materialized again by run run-b"):
+    with pytest.raises(
+        StageInputError,
+        match=r"raw_documents was materialized again by run run-b with another config "
+        r"\(text_field: this run's 'text', that run's 'body'\)",
+    ):
         stages.run_tokenized_documents(a, TokenizerSpec())
     assert stages.run_tokenized_documents(b, TokenizerSpec()).shards
+
+    # The same folder given relative and absolute is one config: no refusal (a first version
+    # compared the paths as given).
+    monkeypatch.chdir(tmp_path)
+    a, b = context("wh3", "run-a"), context("wh3", "run-b")
+    stages.run_raw_documents(a, tmp_path / "x", IngestSpec(), rows_per_shard=1000)
+    stages.run_raw_documents(b, "x", IngestSpec(), rows_per_shard=1000)
+    assert stages.run_normalized_documents(a, NormalizeSpec()).shards
