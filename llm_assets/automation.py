@@ -183,8 +183,11 @@ def build_input_folder_sensor(
                 same_change = bool(failed) and failed["digest"] == pending["digest"]
                 failures = failed["failures"] + 1 if same_change else 1
                 ended = record.end_time or time.time()
+                keys = failed.get("keys", []) if same_change else []
                 failed = {
-                    "key": pending["key"],
+                    # every request of this change so far (a re-execution of any of them that
+                    # succeeds settles it), at most the last 10
+                    "keys": [*keys, pending["key"]][-10:],
                     "target": state["files"],
                     "digest": pending["digest"],
                     "run_id": record.dagster_run.run_id,
@@ -199,14 +202,16 @@ def build_input_folder_sensor(
                     f"{_retry_delay(failures):g} s, or at once when another file changes"
                 )
                 pending = None
-        if failed and "key" in failed and failed["key"] != (pending or {}).get("key"):
-            # Re-executed from the UI since the sensor saw the failure (a re-execution keeps the
-            # run key): once one succeeds, the failed request's changes are done.
-            outcome, _ = _sensor_run_outcome(context.instance, name, failed["key"])
-            if outcome == "succeeded":
-                if not pending:
-                    before = failed["target"]
-                failed = None
+        if failed and any(
+            _sensor_run_outcome(context.instance, name, key)[0] == "succeeded"
+            for key in failed.get("keys", [])
+            if key != (pending or {}).get("key")
+        ):
+            # A failed request re-executed from the UI since the sensor saw the failure (a
+            # re-execution keeps the run key) succeeded: its changes are done.
+            if not pending:
+                before = failed["target"]
+            failed = None
         cursor_now = {"files": before, "runs": state["runs"], "pending": pending, "failed": failed}
 
         def skip(message: str) -> dg.SensorResult | dg.SkipReason:

@@ -164,7 +164,7 @@ def test_a_change_whose_run_failed_is_requested_again(tmp_path, monkeypatch):
     assert isinstance(evaluate(settled.cursor), dg.SkipReason)
 
 
-@pytest.mark.parametrize("seen", [False, True], ids=["before_the_next_tick", "after_it"])
+@pytest.mark.parametrize("seen", ["none", "tick", "retry"])
 def test_a_successful_reexecution_settles_a_failed_change(tmp_path, monkeypatch, seen):
     """Re-executing a failed sensor run (it keeps the run key) and succeeding counts: the change
     is not requested again, whether the sensor saw the failure first or not (before the review
@@ -185,11 +185,19 @@ def test_a_successful_reexecution_settles_a_failed_change(tmp_path, monkeypatch,
     not_a_folder.write_text("x\n")
     assert not _run(request, not_a_folder, instance, sensor).success
     cursor = first.cursor
-    if seen:
+    if seen in ("tick", "retry"):  # a tick saw the failure
         saw = evaluate(cursor)
         assert "ended FAILURE" in saw.skip_reason.skip_message
         cursor = saw.cursor
-    assert _run(request, tmp_path / "warehouse", instance, sensor).success  # the re-execution
+    if seen == "retry":  # and the sensor's retry of the change failed too, and was seen
+        monkeypatch.setattr(automation, "RETRY_AFTER_SECONDS", 0.0)
+        retry = evaluate(cursor)
+        assert not _run(retry.run_requests[0], not_a_folder, instance, sensor).success
+        monkeypatch.setattr(automation, "RETRY_AFTER_SECONDS", 300.0)
+        cursor = evaluate(retry.cursor).cursor
+    # the first request re-executed (before: ignored once a tick had seen the failure, or once
+    # a retry had failed too)
+    assert _run(request, tmp_path / "warehouse", instance, sensor).success
     monkeypatch.setattr(automation, "RETRY_AFTER_SECONDS", 0.0)  # past any retry delay
     after = evaluate(cursor)
     assert not after.run_requests and "no new, changed" in after.skip_reason.skip_message
