@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import html
+import re
 from pathlib import Path
 from typing import Any
 
@@ -18,15 +20,40 @@ _CELL_CHARS = 80
 _LIST_ITEMS = 12
 
 
+_MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]~|#])")
+
+
+def _escape(text: str) -> str:
+    """``text`` shown literally in a Markdown table cell: HTML (a ``<EMAIL>`` placeholder, a tag
+    in raw text) and Markdown emphasis, links and pipes escaped, line breaks as spaces."""
+    return _MARKDOWN_SPECIAL.sub(r"\\\1", html.escape(text.replace("\n", " "), quote=False))
+
+
 def _cell(value: Any) -> str:
-    """A short, Markdown-safe rendering of one value."""
+    """A short rendering of one value, shown literally (:func:`_escape`): at most
+    ``_CELL_CHARS`` characters of text, cut before escaping (so no entity is split); a list
+    shows its first items and always its whole length, ``[a, b, …] (1024)``."""
     if isinstance(value, list):
-        head = ", ".join(str(v) for v in value[:_LIST_ITEMS])
-        text = f"[{head}{', …' if len(value) > _LIST_ITEMS else ''}] ({len(value)})"
-    else:
-        text = "" if value is None else str(value)
-    text = text.replace("\n", " ").replace("|", "\\|")
-    return text if len(text) <= _CELL_CHARS else text[: _CELL_CHARS - 1] + "…"
+        suffix = f"{', …' if len(value) > _LIST_ITEMS else ''}] ({len(value)})"
+        head = "[" + ", ".join(str(v) for v in value[:_LIST_ITEMS])
+        room = _CELL_CHARS - len(suffix)
+        if len(head) > room:
+            head = head[: room - 1] + "…"
+        return _escape(head) + _escape(suffix)
+    text = "" if value is None else str(value)
+    return _escape(text if len(text) <= _CELL_CHARS else text[: _CELL_CHARS - 1] + "…")
+
+
+def _ordered_bins(histogram: dict[str, int]) -> list[list[Any]]:
+    """A length histogram (``"0-7"``, ``"8-15"``, ..., ``">1024"`` -> documents) as ``[bin,
+    documents]`` pairs in length order, whatever order the dict came in (the catalog's JSON
+    sorts keys as text: "1024-1024" before "128-255")."""
+
+    def lower(name: str) -> tuple[int, int]:
+        digits = re.match(r">?(\d+)", name)
+        return (int(digits.group(1)) if digits else -1, name.startswith(">"))
+
+    return [[name, histogram[name]] for name in sorted(histogram, key=lower)]
 
 
 def sample_markdown(report: StageReport, rows: int = _SAMPLE_ROWS) -> str:
@@ -176,6 +203,8 @@ def _materialize_result(
         **compute_metadata(),
     }
     for key, value in {**report.extra, **extra}.items():
+        if key == "length_histogram" and isinstance(value, dict):
+            value = _ordered_bins(value)  # a JSON object's keys would show sorted as text
         if isinstance(value, float):
             value = round(value, 6)
         elif isinstance(value, (dict, list)):

@@ -230,7 +230,13 @@ class Catalog:
         if session is not None:
             yield session
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        folder = self.path.parent
+        if folder.exists() and not folder.is_dir():
+            raise NotADirectoryError(
+                f"the warehouse root {folder} is a file, not a folder: move it away or set the "
+                "warehouse resource's root to a folder"
+            )
+        folder.mkdir(parents=True, exist_ok=True)
         deadline = time.monotonic() + self.lock_timeout_s
         delay = 0.05
         while True:

@@ -110,7 +110,26 @@ def test_materialize_all_succeeds_and_checks_pass(in_process_run):
     # (seq_len 256 in the test run config).
     catalog = WarehouseResource(root=str(_base / "warehouse")).catalog()
     lengths = np.array([n for (n,) in catalog.query("SELECT n_tokens FROM filtered_documents")])
-    assert meta["training_batches"]["length_histogram"].value == length_histogram(lengths, 256)
+    # As [bin, documents] pairs in length order (before: a JSON object the UI showed sorted as
+    # text, "1024-1024" before "128-255").
+    histogram = length_histogram(lengths, 256)
+    assert meta["training_batches"]["length_histogram"].value == [
+        [k, v] for k, v in histogram.items()
+    ]
+
+
+def test_metadata_tables_show_text_literally():
+    """The sample and reject tables show a value as it is: PII placeholders and HTML tags are
+    not swallowed as markup, Markdown emphasis and pipes are escaped, and a long list keeps its
+    whole length (before: "Contact me at  or call ", *stars* in italics, and a 1,024-id list cut
+    to "(10…")."""
+    from llm_assets.assets.reporting import _cell
+
+    assert _cell("mail <EMAIL> or <b>x</b> *s* __u__ a|b") == (
+        "mail &lt;EMAIL&gt; or &lt;b&gt;x&lt;/b&gt; \\*s\\* \\_\\_u\\_\\_ a\\|b"
+    )
+    assert _cell(list(range(100_000, 101_024))).endswith("…\\] (1024)")
+    assert len(_cell("x" * 500)) == 80
 
 
 def test_every_asset_says_where_its_time_went(in_process_run):

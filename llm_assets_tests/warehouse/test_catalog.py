@@ -161,6 +161,16 @@ def test_a_damaged_catalog_is_reported_as_such_at_once(tmp_path, damage):
     assert time.monotonic() - started < 10
 
 
+def test_a_warehouse_root_that_is_a_file_is_named_as_such(tmp_path):
+    """(Before: a bare ``FileExistsError: [Errno 17] File exists`` from the catalog's mkdir.)"""
+    (tmp_path / "warehouse").write_text("not a folder\n")
+    with (
+        pytest.raises(NotADirectoryError, match=r"warehouse root .*warehouse is a file, not a"),
+        Catalog(tmp_path / "warehouse" / "catalog.duckdb").connect(),
+    ):
+        pass
+
+
 def test_a_session_reuses_one_connection_and_rolls_back_a_failed_write(tmp_path):
     from llm_assets.warehouse.catalog import Catalog
 
