@@ -105,12 +105,9 @@ def _evaluate(sensor: dg.SensorDefinition, cursor: str | None):
     return sensor(dg.build_sensor_context(instance=dg.DagsterInstance.ephemeral(), cursor=cursor))
 
 
-def test_a_change_whose_run_failed_is_requested_again(tmp_path, monkeypatch):
-    """The changes of a failed run are not forgotten (before: the cursor moved on when the run
-    was requested, so a file whose run failed was not read until it changed again): the sensor
-    says which run failed and when it tries again, requests the change again after the delay,
-    and at once with any later change; a run that succeeds (or a successful re-execution of a
-    failed one) settles everything it covered."""
+def _watched_sample(tmp_path: Path):
+    """A folder holding the sample (settled), an instance, the sensor watching the folder, and
+    a function evaluating the sensor on that instance from a cursor."""
     folder = tmp_path / "in"
     folder.mkdir()
     _aged(Path(shutil.copy(SAMPLE_DIR / "wiki_sample.jsonl", folder)))
@@ -119,6 +116,17 @@ def test_a_change_whose_run_failed_is_requested_again(tmp_path, monkeypatch):
 
     def evaluate(cursor):
         return sensor(dg.build_sensor_context(instance=instance, cursor=cursor))
+
+    return folder, instance, sensor, evaluate
+
+
+def test_a_change_whose_run_failed_is_requested_again(tmp_path, monkeypatch):
+    """The changes of a failed run are not forgotten (before: the cursor moved on when the run
+    was requested, so a file whose run failed was not read until it changed again): the sensor
+    says which run failed and when it tries again, requests the change again after the delay,
+    and at once with any later change; a run that succeeds (or a successful re-execution of a
+    failed one) settles everything it covered."""
+    folder, instance, sensor, evaluate = _watched_sample(tmp_path)
 
     not_a_folder = tmp_path / "file"
     not_a_folder.write_text("a warehouse root that is a file: every stage fails\n")
@@ -170,14 +178,7 @@ def test_a_successful_reexecution_settles_a_failed_change(tmp_path, monkeypatch,
     is not requested again, whether the sensor saw the failure first or not (before the review
     of the fix: once a tick had seen the failure, a later successful re-execution was ignored
     and the change requested again after the delay)."""
-    folder = tmp_path / "in"
-    folder.mkdir()
-    _aged(Path(shutil.copy(SAMPLE_DIR / "wiki_sample.jsonl", folder)))
-    instance = dg.DagsterInstance.ephemeral()
-    sensor = build_input_folder_sensor(str(folder))
-
-    def evaluate(cursor):
-        return sensor(dg.build_sensor_context(instance=instance, cursor=cursor))
+    _, instance, sensor, evaluate = _watched_sample(tmp_path)
 
     first = evaluate(None)
     (request,) = first.run_requests

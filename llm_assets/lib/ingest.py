@@ -362,7 +362,38 @@ def _lines(stream: IO[bytes]) -> Iterator[bytes]:
 
 
 # --- JSONL ------------------------------------------------------------------------------------
-class _ZstdFrames(io.RawIOBase):
+class _DecodedStream(io.RawIOBase):
+    """A raw stream of data decoded piece by piece from a compressed source: a subclass gives
+    :meth:`_next_piece`. An error met while decoding is kept in ``_error`` and raised only once
+    the data decoded before it has been read, so the records before damage are kept."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._pending = memoryview(b"")
+        self._error: Exception | None = None
+
+    def readable(self) -> bool:
+        return True
+
+    def _next_piece(self) -> bytes | None:
+        """The next decoded bytes (maybe none yet), or None at the end of the source."""
+        raise NotImplementedError
+
+    def readinto(self, buffer: Any) -> int:
+        while not self._pending:
+            if self._error is not None:
+                raise self._error
+            piece = self._next_piece()
+            if piece is None:
+                return 0
+            self._pending = memoryview(piece)
+        size = min(len(buffer), len(self._pending))
+        buffer[:size] = self._pending[:size]
+        self._pending = self._pending[size:]
+        return size
+
+
+class _ZstdFrames(_DecodedStream):
     """Decompress concatenated zstd frames; raise EOFError if the source ends inside a frame.
 
     zstandard's ``stream_reader`` returns the data of a cut-off stream without any error, so each
@@ -375,26 +406,14 @@ class _ZstdFrames(io.RawIOBase):
         self._decompressor = zstandard.ZstdDecompressor(max_window_size=_ZSTD_MAX_WINDOW)
         self._frame = self._decompressor.decompressobj()
         self._in_frame = False
-        self._pending = memoryview(b"")
-        self._error: zstandard.ZstdError | None = None
 
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        while not self._pending:
-            if self._error is not None:
-                raise self._error
-            compressed = self._source.read(_READ_CHUNK)
-            if not compressed:
-                if self._in_frame:
-                    raise EOFError("zstd stream ended before the end of its last frame")
-                return 0
-            self._pending = memoryview(self._decompress(compressed))
-        size = min(len(buffer), len(self._pending))
-        buffer[:size] = self._pending[:size]
-        self._pending = self._pending[size:]
-        return size
+    def _next_piece(self) -> bytes | None:
+        compressed = self._source.read(_READ_CHUNK)
+        if not compressed:
+            if self._in_frame:
+                raise EOFError("zstd stream ended before the end of its last frame")
+            return None
+        return self._decompress(compressed)
 
     def _decompress(self, compressed: bytes) -> bytes:
         """The data of the frames in ``compressed``. Bytes that are not a frame (junk after the
@@ -454,7 +473,7 @@ def _gzip_header_length(data: bytes, start: int = 0) -> int | None:
     return pos - start if len(data) >= pos else None
 
 
-class _GzipMembers(io.RawIOBase):
+class _GzipMembers(_DecodedStream):
     """Decompress concatenated gzip members (as :class:`gzip.GzipFile` does, zero padding between
     them allowed), counting the lines decoded from each one.
 
@@ -485,38 +504,26 @@ class _GzipMembers(io.RawIOBase):
         self._view = memoryview(self._input)
         self._pos = 0  # of the first byte of _input not decoded yet
         self._need_input = True
-        self._pending = memoryview(b"")
-        self._error: zlib.error | None = None
         self._members = 0
         self._lines_before = 0
         self._member_lines = 0
 
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        while not self._pending:
-            if self._error is not None:
-                raise self._error
-            if self._need_input:
-                chunk = self._source.read(_READ_CHUNK)
-                if not chunk:
-                    # "between" asks for input only once every byte left was zero padding.
-                    if self._state != "between":
-                        raise EOFError(
-                            "Compressed file ended before the end-of-stream marker was reached"
-                        )
-                    return 0
-                # Only the undecoded rest is copied: in the body of a member there is none, and
-                # a header or trailer cut by the end of a chunk leaves a few bytes.
-                self._input = self._input[self._pos :] + chunk
-                self._view = memoryview(self._input)
-                self._pos = 0
-            self._pending = memoryview(self._inflate())
-        size = min(len(buffer), len(self._pending))
-        buffer[:size] = self._pending[:size]
-        self._pending = self._pending[size:]
-        return size
+    def _next_piece(self) -> bytes | None:
+        if self._need_input:
+            chunk = self._source.read(_READ_CHUNK)
+            if not chunk:
+                # "between" asks for input only once every byte left was zero padding.
+                if self._state != "between":
+                    raise EOFError(
+                        "Compressed file ended before the end-of-stream marker was reached"
+                    )
+                return None
+            # Only the undecoded rest is copied: in the body of a member there is none, and a
+            # header or trailer cut by the end of a chunk leaves a few bytes.
+            self._input = self._input[self._pos :] + chunk
+            self._view = memoryview(self._input)
+            self._pos = 0
+        return self._inflate()
 
     def _inflate(self) -> bytes:
         """The next piece of data decoded from the pending input (``_need_input`` set when more

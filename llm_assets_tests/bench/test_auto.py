@@ -126,6 +126,21 @@ def test_report_and_auto_agree_on_the_median_of_two_repetitions(tmp_path):
     assert read_winners(catalog.path) == {1_000: "multiprocess"}
 
 
+def _falls_back_in_process(catalog: Catalog | Path, log: Log | None = None) -> str:
+    """Run a probe on backend auto over ``catalog`` (or a catalog file's path): it must run
+    in-process and warn once; return the warning."""
+    log = log or Log()
+    path = catalog.path if isinstance(catalog, Catalog) else catalog
+    backend = make_backend("auto", benchmark_catalog=str(path), logger=log)
+    try:
+        assert backend.run(run_probe, [ProbeTask("a", 2)])[0]["value"] == 4
+        assert backend.choices == [(None, "in_process")]
+    finally:
+        backend.close()
+    (warning,) = [m for level, m in log.messages if level == "warning"]
+    return warning
+
+
 def test_a_size_where_one_backend_was_measured_has_no_winner(tmp_path):
     """Before, the only backend measured at a size was its winner: after a run of Ray alone at
     1,000 rows (whose own report says "no recommendation") auto sent every stage to Ray, and a
@@ -133,14 +148,7 @@ def test_a_size_where_one_backend_was_measured_has_no_winner(tmp_path):
     catalog = Catalog(tmp_path / "catalog.duckdb")
     record_results(catalog, "ray-only", [_result(1_000, "ray", 3.1)], machine=MACHINE)
     assert read_winners(catalog.path) == {}
-    log = Log()
-    backend = make_backend("auto", benchmark_catalog=str(catalog.path), logger=log)
-    try:
-        assert backend.run(run_probe, [ProbeTask("a", 2)])[0]["value"] == 4
-        assert backend.choices == [(None, "in_process")]
-    finally:
-        backend.close()
-    (warning,) = [m for level, m in log.messages if level == "warning"]
+    warning = _falls_back_in_process(catalog)
     assert "one backend per size (1,000 rows: ray)" in warning and "using in_process" in warning
 
     partial = Catalog(tmp_path / "partial.duckdb")
@@ -165,14 +173,7 @@ def test_results_of_a_machine_with_another_core_count_are_not_used(tmp_path):
     record_results(catalog, "bigbox", big, machine=OTHER_MACHINE, commit="0000old")
     assert read_winners(catalog.path) == {}
     assert read_winners(catalog.path, cores=OTHER_MACHINE["cores"]) == {1_000: "multiprocess"}
-    log = Log()
-    backend = make_backend("auto", benchmark_catalog=str(catalog.path), logger=log)
-    try:
-        assert backend.run(run_probe, [ProbeTask("a", 2)])[0]["value"] == 4
-        assert backend.choices == [(None, "in_process")]
-    finally:
-        backend.close()
-    (warning,) = [m for level, m in log.messages if level == "warning"]
+    warning = _falls_back_in_process(catalog)
     assert f"{OTHER_MACHINE['cores']} cores: 2 result(s) from run(s) bigbox" in warning
     assert f"this machine's {machine_cores()} cores" in warning and "using in_process" in warning
 
@@ -216,13 +217,7 @@ def test_a_catalog_that_cannot_be_read_is_logged_as_an_error_not_as_no_results(t
     broken = tmp_path / "catalog.duckdb"
     broken.write_bytes(b"not a duckdb file " * 512)
     log = Log()
-    backend = make_backend("auto", benchmark_catalog=str(broken), logger=log)
-    try:
-        assert backend.run(run_probe, [ProbeTask("a", 2)])[0]["value"] == 4
-        assert backend.choices == [(None, "in_process")]
-    finally:
-        backend.close()
-    (warning,) = [m for level, m in log.messages if level == "warning"]
+    warning = _falls_back_in_process(broken, log)
     assert "cannot read the benchmark results" in warning and str(broken) in warning
     assert "using in_process" in warning
     assert not any("no benchmark results" in m for _, m in log.messages)
