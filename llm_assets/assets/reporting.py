@@ -20,13 +20,16 @@ _CELL_CHARS = 80
 _LIST_ITEMS = 12
 
 
-_MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]~|#])")
+_MARKDOWN_SPECIAL = re.compile(r"([\\`*\[\]~|#])|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
+"""Markdown's special characters; ``_`` only where it could open or close emphasis, so that
+names such as ``exact_duplicate`` stay as they are (CommonMark never reads ``a_b`` as emphasis)."""
 
 
 def _escape(text: str) -> str:
     """``text`` shown literally in a Markdown table cell: HTML (a ``<EMAIL>`` placeholder, a tag
     in raw text) and Markdown emphasis, links and pipes escaped, line breaks as spaces."""
-    return _MARKDOWN_SPECIAL.sub(r"\\\1", html.escape(text.replace("\n", " "), quote=False))
+    escaped = html.escape(text.replace("\n", " "), quote=False)
+    return _MARKDOWN_SPECIAL.sub(lambda m: "\\" + m.group(0), escaped)
 
 
 def _cell(value: Any) -> str:
