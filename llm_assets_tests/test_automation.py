@@ -16,11 +16,14 @@ from llm_assets import automation
 from llm_assets.assets.pipeline import PIPELINE_ASSET_DEFS
 from llm_assets.automation import (
     INPUT_DIR_ENV,
+    RUN_CONFIG_ENV,
+    AutomationConfigError,
     RUN_KEY_TAG,
     SENSOR_NAME_TAG,
     build_input_folder_sensor,
     changed_files,
     nightly_pipeline,
+    pipeline_run_config,
     watched_folder,
 )
 from llm_assets.compute.resource import ComputeResource
@@ -270,6 +273,64 @@ def test_nightly_schedule_reads_the_watched_folder(tmp_path, monkeypatch):
     assert request.run_config["ops"]["raw_documents"]["config"]["input_dir"] == str(tmp_path)
     monkeypatch.setenv(INPUT_DIR_ENV, "")
     assert watched_folder() == DEFAULT_INPUT_DIR
+
+
+def test_automatic_runs_use_the_run_config_file(tmp_path, monkeypatch):
+    """``$LLM_ASSETS_RUN_CONFIG`` gives the sensor's and the schedule's runs the settings of the
+    user's data (before: only ``input_dir`` could be set, so data whose text is not in ``text``
+    was rejected whole, run after run). Its ``input_dir`` is the watched folder unless
+    ``$LLM_ASSETS_INPUT_DIR`` names another; the run produces documents from the ``content``
+    field."""
+    data = tmp_path / "in"
+    data.mkdir()
+    (data / "a.jsonl").write_text(
+        "\n".join(json.dumps({"content": f"document {i} " + "word " * 40}) for i in range(3)) + "\n"
+    )
+    _aged(data / "a.jsonl")
+    config_file = tmp_path / "mine.yaml"
+    config_file.write_text(
+        f"ops:\n  raw_documents:\n    config: {{input_dir: {data}, text_field: content}}\n"
+        "  training_batches: {config: {seq_len: 64}}\n"
+    )
+    monkeypatch.delenv(INPUT_DIR_ENV, raising=False)
+    monkeypatch.setenv(RUN_CONFIG_ENV, str(config_file))
+    assert watched_folder() == str(data)
+    request = _evaluate(build_input_folder_sensor(), None).run_requests[0]
+    assert request.run_config["ops"]["raw_documents"]["config"] == {
+        "input_dir": str(data),
+        "text_field": "content",
+    }
+    result = _run(request, tmp_path / "warehouse")
+    assert result.success
+    raw = result.asset_materializations_for_node("raw_documents")[0].metadata
+    assert raw["rows_out"].value == 3
+    nightly = nightly_pipeline(dg.build_schedule_context()).run_config
+    assert nightly == request.run_config
+    other = tmp_path / "other"
+    other.mkdir()
+    monkeypatch.setenv(INPUT_DIR_ENV, str(other))
+    config = pipeline_run_config(watched_folder())["ops"]["raw_documents"]["config"]
+    assert config == {"input_dir": str(other), "text_field": "content"}
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [(None, "cannot read"), ("ops: [unclosed", "not valid YAML"), ("- a\n- b\n", "got list")],
+)
+def test_a_bad_run_config_file_fails_the_tick_naming_it(tmp_path, monkeypatch, content, message):
+    """A missing, non-YAML or non-mapping ``$LLM_ASSETS_RUN_CONFIG`` fails the sensor's tick and
+    the schedule's, naming the file, instead of starting runs without the settings."""
+    path = tmp_path / "run.yaml"
+    if content is not None:
+        path.write_text(content)
+    monkeypatch.setenv(RUN_CONFIG_ENV, str(path))
+    (tmp_path / "in").mkdir()
+    monkeypatch.setenv(INPUT_DIR_ENV, str(tmp_path / "in"))
+    with pytest.raises(AutomationConfigError, match=message) as raised:
+        nightly_pipeline(dg.build_schedule_context())
+    assert str(path) in str(raised.value)
+    with pytest.raises(Exception, match=message):
+        _evaluate(build_input_folder_sensor(), None)
 
 
 def test_sensor_skips_a_missing_folder_with_its_reason(tmp_path):
