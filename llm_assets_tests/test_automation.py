@@ -17,9 +17,9 @@ from llm_assets.assets.pipeline import PIPELINE_ASSET_DEFS
 from llm_assets.automation import (
     INPUT_DIR_ENV,
     RUN_CONFIG_ENV,
-    AutomationConfigError,
     RUN_KEY_TAG,
     SENSOR_NAME_TAG,
+    AutomationConfigError,
     build_input_folder_sensor,
     changed_files,
     nightly_pipeline,
