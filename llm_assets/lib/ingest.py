@@ -1,11 +1,11 @@
 """Ingest kernel: read one input file into document batches and a record of what was dropped.
 
-Pure (no Dagster, no module state): :func:`read_documents` streams a JSONL (plain, gzip, zstd),
-Parquet, CSV or TXT file and yields a :class:`~llm_assets.lib.schema.StageResult` every
-``batch_rows`` records or ``batch_bytes`` bytes of input. Bad input never raises: every record
-read is either kept or rejected exactly once, with one of the reasons below, so the rows of a run
-always reconcile. Only a file that cannot be opened at all (missing, permission denied) raises
-:class:`OSError`.
+Pure (no Dagster, no module state): :func:`read_documents` streams a JSONL (plain, gzip, zstd;
+``.jsonl`` or ``.json``), Parquet, CSV or TXT file and yields a
+:class:`~llm_assets.lib.schema.StageResult` every ``batch_rows`` records or ``batch_bytes`` bytes of
+input. Bad input never raises: every record read is either kept or rejected exactly once, with one
+of the reasons below, so the rows of a run always reconcile. Only a file that cannot be opened at
+all (missing, permission denied) raises :class:`OSError`.
 """
 
 from __future__ import annotations
@@ -40,6 +40,9 @@ SUPPORTED_SUFFIXES: tuple[str, ...] = (
     ".jsonl",
     ".jsonl.gz",
     ".jsonl.zst",
+    ".json",
+    ".json.gz",
+    ".json.zst",
     ".parquet",
     ".csv",
     ".txt",
@@ -57,7 +60,10 @@ INVALID_JSON = "invalid_json"
 NOT_AN_OBJECT = "not_an_object"
 """The line is valid JSON but not an object; value = its type (``list``, ``str``, ...)."""
 MISSING_TEXT = "missing_text"
-"""The text field (column) is absent (value ``absent``) or null (value ``null``)."""
+"""The text field (column) is absent or null (value ``null``). Absent: the value names the field
+looked for and the fields the record has (``no field 'text' (fields: content, id)``; CSV and
+Parquet: ``no column 'text' (columns: ...)``), so a ``text_field`` that does not match the data
+says what would. Only top-level fields are read: a text nested in an object is not found."""
 NON_STRING_TEXT = "non_string_text"
 """The text field is not a string; value = its type (JSON: ``int``, ``list``; Parquet: the Arrow
 type, ``int64``)."""
@@ -74,9 +80,10 @@ field), so this is rare. (A quote never closed would swallow the rest of the
 file into one field: that is a ``corrupt_file`` at the record it opens.)"""
 CORRUPT_FILE = "corrupt_file"
 """The stream cannot be decoded (not gzip / zstd / Parquet, or damaged midway; a CSV quote never
-closed): one reject for the rest of the file, at the line where reading stopped (0 if nothing was
-read). A Parquet file damaged midway is read on from its next row group: one reject per row group
-that cannot be read, its value naming the rows."""
+closed; a ``.json`` file that holds one JSON array instead of JSON Lines): one reject for the rest
+of the file, at the line where reading stopped (0 if nothing was read). A Parquet file damaged
+midway is read on from its next row group: one reject per row group that cannot be read, its value
+naming the rows."""
 TRUNCATED_FILE = "truncated_file"
 """A gzip or zstd stream ends early: the records before the cut are kept, one reject at the next
 line."""
@@ -96,7 +103,8 @@ REJECT_REASONS: tuple[str, ...] = (
 
 _MISSING = object()
 """Sentinel: the text field is not in the record."""
-_ABSENT = "absent"
+_MAX_NAMES = 12
+"""Field names listed in a ``missing_text`` reject's value, at most."""
 _NULL = "null"
 _BOM = b"\xef\xbb\xbf"
 _READ_CHUNK = 1 << 20
@@ -120,6 +128,8 @@ class UnsupportedFileError(ValueError):
     def __init__(self, path: str) -> None:
         super().__init__(
             f"{path}: unsupported file type; supported suffixes: {', '.join(SUPPORTED_SUFFIXES)}"
+            " (move the file out of the input folder, or give it a name starting with '_' or '.'"
+            ", which no run reads)"
         )
         self.path = path
 
@@ -167,7 +177,8 @@ class IngestSpec:
 
 def detect_format(path: str) -> str:
     """Return the format named by ``path``'s suffix, case-insensitive: ``jsonl``, ``jsonl.gz``,
-    ``jsonl.zst``, ``parquet``, ``csv`` or ``txt``.
+    ``jsonl.zst``, ``json``, ``json.gz``, ``json.zst`` (JSON Lines too, as Hugging Face's
+    ``Dataset.to_json`` writes them by default), ``parquet``, ``csv`` or ``txt``.
 
     Raises :class:`UnsupportedFileError` for any other suffix.
     """
@@ -335,10 +346,20 @@ def _rejects(
     )
 
 
-def _text_problem(value: Any) -> tuple[str, str]:
-    """Reason and value of a reject for a text field that is not a string."""
+def _absent(kind: str, text_field: str, names: Iterable[str]) -> str:
+    """The value of a ``missing_text`` reject whose field is absent: what was looked for, and the
+    record's (file's) field names, the first :data:`_MAX_NAMES` of them."""
+    names = list(names)
+    shown = ", ".join(repr(name)[1:-1][:40] for name in names[:_MAX_NAMES])
+    more = f", ... ({len(names)} in all)" if len(names) > _MAX_NAMES else ""
+    return f"no {kind} {text_field!r} ({kind}s: {shown or 'none'}{more})"
+
+
+def _text_problem(value: Any, text_field: str, record: dict[str, Any]) -> tuple[str, str]:
+    """Reason and value of a reject for a text field that is not a string (``record``: the
+    JSON object without it)."""
     if value is _MISSING:
-        return MISSING_TEXT, _ABSENT
+        return MISSING_TEXT, _absent("field", text_field, record)
     if value is None:
         return MISSING_TEXT, _NULL
     return NON_STRING_TEXT, type(value).__name__
@@ -655,21 +676,41 @@ class _GzipMembers(_DecodedStream):
         )
 
 
-def _decompressed(handle: IO[bytes], fmt: str) -> IO[bytes]:
-    """The decompressed byte stream of an open ``jsonl*`` file."""
-    if fmt == "jsonl.gz":
+def _decompressed(handle: io.BufferedReader, fmt: str) -> io.BufferedReader:
+    """The decompressed byte stream of an open ``jsonl*`` or ``json*`` file."""
+    if fmt.endswith(".gz"):
         return io.BufferedReader(_GzipMembers(handle), _READ_CHUNK)
-    if fmt == "jsonl.zst":
+    if fmt.endswith(".zst"):
         return io.BufferedReader(_ZstdFrames(handle), _READ_CHUNK)
     return handle
 
 
+_JSON_ARRAY = (
+    "a JSON array, not JSON Lines (one object per line): convert it, e.g. "
+    "jq -c '.[]' FILE > FILE.jsonl, or datasets' to_json(..., lines=True)"
+)
+
+
 def _jsonl_reader(fmt: str) -> Callable[[str, str, IngestSpec], Iterator[StageResult]]:
+    """The reader of a JSON Lines format. A ``json*`` file whose first bytes open an array (a
+    file ``json.dump`` wrote) is one ``corrupt_file`` reject saying how to convert it, rather
+    than one ``invalid_json`` reject per line of it."""
+
     def read(path: str, source_file: str, spec: IngestSpec) -> Iterator[StageResult]:
         with (
             open(path, "rb", buffering=_READ_CHUNK) as handle,
             _decompressed(handle, fmt) as stream,
         ):
+            if not fmt.startswith("jsonl"):
+                try:
+                    head = stream.peek(_READ_CHUNK).lstrip(b"\xef\xbb\xbf \t\r\n")
+                except (EOFError, *_CORRUPT_ERRORS):
+                    head = b""  # the reader below says what is wrong with the stream
+                if head.startswith(b"["):
+                    batch = _Batch(source_file)
+                    batch.reject(1, CORRUPT_FILE, _JSON_ARRAY, _sample(head))
+                    yield batch.flush()
+                    return
             yield from _read_jsonl_stream(stream, source_file, spec)
 
     return read
@@ -723,7 +764,7 @@ def _read_jsonl_stream(
                             keep_text(text)
                             keep_metadata(metadata)
                     else:
-                        batch.reject(lineno, *_text_problem(text), _sample(raw))
+                        batch.reject(lineno, *_text_problem(text, text_field, record), _sample(raw))
                 else:
                     batch.reject(lineno, NOT_AN_OBJECT, type(record).__name__, _sample(raw))
             pending += 1
@@ -936,7 +977,8 @@ def _add_csv_record(
         batch.reject(record, INVALID_UTF8, utf8_error, _repair(spec.csv_delimiter.join(row)))
         return
     if text_index is None:
-        batch.reject(record, MISSING_TEXT, _ABSENT, spec.csv_delimiter.join(row))
+        value = _absent("column", spec.text_field, (name for _, name in others))
+        batch.reject(record, MISSING_TEXT, value, spec.csv_delimiter.join(row))
         return
     metadata = orjson.dumps({name: row[i] for i, name in others}) if others else None
     batch.keep(record, row[text_index], metadata)
@@ -1061,7 +1103,7 @@ def _parquet_result(
         [column for i, column in enumerate(columns) if i != text_at],
         [key for i, key in enumerate(keys) if i != text_at],
     )
-    problems = _parquet_text_problems(text, record_batch.num_rows)
+    problems = _parquet_text_problems(text, record_batch.num_rows, text_field, keys)
     invalid = _invalid_rows(columns, keys)
     for row, problem in invalid.items():
         if problems[row] is None:
@@ -1161,10 +1203,12 @@ def _lossy_row_json(columns: list[pa.Array], keys: list[str], row: int) -> bytes
     return orjson.dumps(values, default=str)
 
 
-def _parquet_text_problems(text: pa.Array | None, n_rows: int) -> list[tuple[str, str] | None]:
+def _parquet_text_problems(
+    text: pa.Array | None, n_rows: int, text_field: str, names: list[str]
+) -> list[tuple[str, str] | None]:
     """Per row: None if the text is a string, else the reject's (reason, value)."""
     if text is None:
-        return [(MISSING_TEXT, _ABSENT)] * n_rows
+        return [(MISSING_TEXT, _absent("column", text_field, names))] * n_rows
     null = (MISSING_TEXT, _NULL)
     valid = text.is_valid().to_pylist()
     if _is_string_type(text.type):
@@ -1249,6 +1293,9 @@ _READERS: dict[str, Callable[[str, str, IngestSpec], Iterator[StageResult]]] = {
     "jsonl": _jsonl_reader("jsonl"),
     "jsonl.gz": _jsonl_reader("jsonl.gz"),
     "jsonl.zst": _jsonl_reader("jsonl.zst"),
+    "json": _jsonl_reader("json"),
+    "json.gz": _jsonl_reader("json.gz"),
+    "json.zst": _jsonl_reader("json.zst"),
     "parquet": _read_parquet,
     "csv": _read_csv,
     "txt": _read_txt,

@@ -331,8 +331,10 @@ def test_duplicate_ids_in_the_input_do_not_collide(tmp_path):
 
 
 def test_unsupported_file_type_is_an_error_naming_it(tmp_path):
+    """The error names the file and says how to keep it in the folder unread (a README.md in a
+    downloaded dataset folder fails the run: the message said nothing of the ``_`` rule)."""
     (tmp_path / "notes.docx").write_bytes(b"PK")
-    with pytest.raises(UnsupportedFileError, match=r"notes\.docx"):
+    with pytest.raises(UnsupportedFileError, match=r"notes\.docx.*starting with '_' or '\.'"):
         read_documents(str(tmp_path / "notes.docx"), "notes.docx", IngestSpec())
 
 
@@ -675,3 +677,61 @@ def test_many_one_line_gzip_members_are_all_read_in_order(tmp_path):
     assert kept["text"].to_pylist() == [f"doc {i}" for i in range(20_000)]
     assert kept["source_line"].to_pylist() == list(range(1, 20_001))
     assert rejects.num_rows == 0
+
+
+def test_a_missing_text_field_names_the_fields_the_record_has(tmp_path):
+    """A ``text_field`` that matches no field is rejected with the fields each record (CSV and
+    Parquet: file) does have, so the reject says what to set (before: the value ``absent``,
+    naming neither the field looked for nor the fields there were)."""
+    (tmp_path / "a.jsonl").write_text(
+        '{"document": {"text": "nested"}, "id": 1}\n{"text": "ok"}\n{}\n'
+        + json.dumps({f"f{i}": i for i in range(20)})
+        + "\n"
+    )
+    kept, rejects = read(tmp_path / "a.jsonl")
+    assert kept["text"].to_pylist() == ["ok"]
+    assert rejects["reason"].to_pylist() == [MISSING_TEXT] * 3
+    assert rejects["value"].to_pylist() == [
+        "no field 'text' (fields: document, id)",
+        "no field 'text' (fields: none)",
+        "no field 'text' (fields: f0, f1, f2, f3, f4, f5, f6, f7, f8, f9, f10, f11, "
+        "... (20 in all))",
+    ]
+    pq.write_table(pa.table({"content": ["x"], "url": ["u"]}), tmp_path / "c.parquet")
+    value = "no column 'text' (columns: content, url)"
+    assert read(tmp_path / "c.parquet")[1]["value"].to_pylist() == [value]
+    (tmp_path / "c.csv").write_text("title,body\nt,b\n")
+    spec = IngestSpec(text_field="text")
+    assert read(tmp_path / "c.csv", spec)[1]["value"].to_pylist() == [
+        "no column 'text' (columns: title, body)"
+    ]
+
+
+@pytest.mark.parametrize("suffix", [".json", ".json.gz", ".json.zst"])
+def test_json_files_are_json_lines_and_an_array_is_one_reject_saying_so(tmp_path, suffix):
+    """``.json`` files are read as JSON Lines (what ``Dataset.to_json`` writes by default; before,
+    every ``.json`` file failed the run as an unsupported type). A file holding one JSON array
+    is one ``corrupt_file`` reject saying how to convert it; a damaged one gives the same rejects
+    as the same bytes named ``.jsonl``."""
+    compress = {
+        ".json": lambda b: b,
+        ".json.gz": gzip.compress,
+        ".json.zst": zstandard.ZstdCompressor().compress,
+    }[suffix]
+    lines = b"\n".join(LINES * 3) + b"\n"
+    (tmp_path / f"lines{suffix}").write_bytes(compress(lines))
+    kept, rejects = read(tmp_path / f"lines{suffix}")
+    assert kept.num_rows == 6 and rejects.num_rows == 0
+    array = b'\xef\xbb\xbf \n[\n  {"text": "a"},\n  {"text": "b"}\n]\n'
+    (tmp_path / f"array{suffix}").write_bytes(compress(array))
+    kept, rejects = read(tmp_path / f"array{suffix}")
+    assert kept.num_rows == 0 and reasons(rejects) == [(1, CORRUPT_FILE)]
+    assert "JSON array, not JSON Lines" in rejects["value"][0].as_py()
+    if suffix != ".json":
+        whole = compress(b"\n".join(LINES * 500) + b"\n")
+        for name in (f"cut{suffix}", f"cut{suffix}".replace(".json", ".jsonl")):
+            (tmp_path / name).write_bytes(whole[: len(whole) // 2])
+        as_json = read(tmp_path / f"cut{suffix}")
+        as_jsonl = read(tmp_path / f"cut{suffix}".replace(".json", ".jsonl"))
+        assert as_json[0].num_rows == as_jsonl[0].num_rows
+        assert reasons(as_json[1]) == reasons(as_jsonl[1]) != []
