@@ -20,9 +20,9 @@ PIPELINE_ASSETS: tuple[str, ...] = (
 
 STAGE_CODE_VERSIONS: dict[str, str] = {
     RAW_DOCUMENTS: "3",
-    NORMALIZED_DOCUMENTS: "3",
+    NORMALIZED_DOCUMENTS: "4",
     TOKENIZED_DOCUMENTS: "3",
-    FILTERED_DOCUMENTS: "4",
+    FILTERED_DOCUMENTS: "5",
     TRAINING_BATCHES: "3",
 }
 """Bump a stage's version when its output for the same input and config changes: its shards (and

@@ -7,10 +7,14 @@ Presets:
     breaks of Unicode (UAX #14: CR, CR LF, vertical tab, form feed, NEL U+0085, line and paragraph
     separators U+2028/U+2029) become a newline, so a page break or a Word line break still
     separates lines for the line-based quality filters; every other whitespace character
-    (``str.isspace``: tab, U+001C-U+001F, no-break and other Unicode spaces) counts as a space, and
-    runs of them collapse to one space; the other control characters (Unicode category Cc) are
-    removed; spaces around line breaks are trimmed, more than one blank line collapses to one
-    (paragraph structure survives), outer whitespace is stripped.
+    (``str.isspace``: U+001C-U+001F, no-break and other Unicode spaces) is a space, and a tab
+    stays a tab; the other control characters (Unicode category Cc) are removed. The indentation
+    of a line (its leading spaces and tabs, after a line break) is kept as it is, so code and
+    indented lists keep their structure; inside a line, a run of spaces and tabs after other text
+    collapses to one space; spaces and tabs before a line break are removed (a line holding only
+    them becomes blank); more than one blank line collapses to one (paragraph structure
+    survives); outer whitespace is stripped (the first line's indentation too: leading blank
+    lines and spaces are page layout, not content).
 ``ascii_lower``
     The published study's rule: lowercase, keep only ``[a-z0-9]`` and whitespace, collapse
     whitespace to one space, strip. Equal to the study's
@@ -63,13 +67,19 @@ PRESETS = ("default", "ascii_lower", "none")
 UNICODE_FORMS = ("NFC", "NFKC")
 
 # Python's ``str.isspace`` set, spelled for RE2 (whose ``\s`` is ASCII only), so the vectorized
-# ``default`` preset treats whitespace as the Python reference does.
-_PY_WHITESPACE = (
-    r"\t\n\x{0b}\f\r\x{1c}-\x{1f} \x{85}\x{a0}\x{1680}\x{2000}-\x{200a}"
-    r"\x{2028}\x{2029}\x{202f}\x{205f}\x{3000}"
-)
-_HORIZONTAL_SPACE = "[" + _PY_WHITESPACE.replace(r"\n", "") + "]+"
-"""Python whitespace except the newline (``default`` keeps line structure)."""
+# ``default`` preset treats whitespace as the Python reference does: the line breaks
+# (``_LINE_BREAK``, with ``\n``), space, tab, and the others (``_OTHER_SPACE``).
+_OTHER_SPACE = r"[\x{1c}-\x{1f}\x{a0}\x{1680}\x{2000}-\x{200a}\x{202f}\x{205f}\x{3000}]"
+"""Python whitespace that is neither a line break (:data:`_LINE_BREAK`, replaced before) nor a
+space, tab or newline: each character becomes one space (so an indentation keeps its width)."""
+_OTHER_SPACE_PY = "[\x1c-\x1f\xa0\u1680\u2000-\u200a\u202f\u205f\u3000]"
+_TRAILING_SPACE = r"[ \t]+\n"
+"""Spaces and tabs that end a line: removed (the line break stays)."""
+_INNER_SPACE = r"([^ \t\n])(?:[ \t][ \t]+|\t)"
+"""A run of spaces and tabs after a character of the line that is not one (so not the
+indentation), when it is not a single space already: it becomes one space (the character is kept
+through the group). Runs that are a single space, most of them, do not match."""
+_INNER_SPACE_PY = r"([^ \t\n])[ \t]+"
 _LINE_BREAK = r"\r\n?|[\x{0b}\x{0c}\x{85}\x{2028}\x{2029}]"
 """Unicode's mandatory line breaks (UAX #14 classes BK, CR, LF, NL): each becomes a newline."""
 _LINE_BREAK_PY = "\r\n?|[\x0b\x0c\x85\u2028\u2029]"
@@ -336,8 +346,9 @@ def normalize_text(text: str, spec: NormalizeSpec) -> str:
     text = unicodedata.normalize(spec.unicode_form, text)
     text = re.sub(_LINE_BREAK_PY, "\n", text)
     text = re.sub(_CONTROL_PY, "", text)  # Cc that is not whitespace
-    text = re.sub(r"[^\S\n]+", " ", text)
-    text = re.sub(r" ?\n ?", "\n", text)
+    text = re.sub(_OTHER_SPACE_PY, " ", text)  # whitespace left: space, tab, newline
+    text = re.sub(r"[ \t]+\n", "\n", text)  # trailing spaces and tabs
+    text = re.sub(_INNER_SPACE_PY, r"\1 ", text)  # runs inside a line; indentation is kept
     text = re.sub(r"\n{3,}", "\n\n", text)
     return text.strip()
 
@@ -356,13 +367,15 @@ def normalize_array(texts: pa.Array | pa.ChunkedArray, spec: NormalizeSpec) -> p
 
 
 def _default_passes(texts: pa.Array) -> pa.Array:
-    """The ``default`` preset after Unicode normalization: the five regex passes and the strip."""
+    """The ``default`` preset after Unicode normalization: the six regex passes and the strip
+    (the outer spaces, tabs and newlines: the only whitespace left)."""
     out = pc.replace_substring_regex(texts, _LINE_BREAK, "\n")
     out = pc.replace_substring_regex(out, _CONTROL, "")
-    out = pc.replace_substring_regex(out, _HORIZONTAL_SPACE, " ")
-    out = pc.replace_substring_regex(out, r" ?\n ?", "\n")
+    out = pc.replace_substring_regex(out, _OTHER_SPACE, " ")
+    out = pc.replace_substring_regex(out, _TRAILING_SPACE, "\n")
+    out = pc.replace_substring_regex(out, _INNER_SPACE, "\\1 ")
     out = pc.replace_substring_regex(out, r"\n{3,}", "\n\n")
-    return pc.utf8_trim(out, " \n")
+    return pc.utf8_trim(out, " \t\n")
 
 
 def _default(texts: pa.Array, unicode_form: str) -> pa.Array:
@@ -372,8 +385,8 @@ def _default(texts: pa.Array, unicode_form: str) -> pa.Array:
     breaks, its only whitespace is single spaces and it holds no control character
     (:func:`~llm_assets.lib.schema.single_spaced`). The regex passes leave such a row's core as it
     is and the final strip removes the outer spaces and line breaks, so the stripped row *is* the
-    result. Only the other rows pay for the regex passes (the horizontal-space one alone costs
-    several times everything else); their results are scattered back with one Arrow take.
+    result. Only the other rows pay for the regex passes; their results are scattered back with
+    one Arrow take.
     (Unicode normalization goes first on every row: Arrow skips ASCII rows, and space and line
     feed never compose with a neighbour, so normalizing the core alone changes nothing.)"""
     normalized = pc.utf8_normalize(texts, form=unicode_form)

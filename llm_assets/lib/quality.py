@@ -46,6 +46,14 @@ bound (``max_symbol_word_ratio``), not one check of their sum.
 
 A check is off when its bound is ``None``. A dropped document is a reject whose reason names the
 first failing check, in the order of the spec's fields, and whose value is the measure.
+
+The stop-word rule is English (its words are English ones): when the table holds the result of
+language identification (the ``language`` column :func:`~llm_assets.lib.language.language_filter`
+adds; ``filter_table`` runs the rule after it), it applies only to the documents identified as
+English (:data:`STOP_WORDS_LANGUAGE`) and to those without a result (null); a German document is
+not rejected for lacking English stop words, while every other rule still applies to it. Without
+that column (language identification off) the rule applies to every document, as it did before
+languages were told apart.
 """
 
 from __future__ import annotations
@@ -59,7 +67,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from llm_assets.lib.flagged import PUNCTUATION
-from llm_assets.lib.schema import TEXT, StageResult, drop_rows
+from llm_assets.lib.schema import LANGUAGE, TEXT, StageResult, drop_rows
 
 # --- reject reasons, in the order the checks run --------------------------------------------------
 TOO_FEW_WORDS = "too_few_words"
@@ -99,6 +107,10 @@ DUP_NGRAM_CHAR_RATIO = "dup_{n}gram_char_ratio"
 WORDS = "words"
 MEAN_WORD_LENGTH = "mean_word_length"
 STOP_WORDS = "stop_words"
+
+STOP_WORDS_LANGUAGE = "en"
+"""Language code (of the ``language`` column) of the documents the stop-word rule applies to when
+language identification ran: the stop words are English."""
 
 BULLETS = ("•", "●", "○", "▪", "-", "*", "‣", "⁃")
 """Characters that start a bullet line (after optional spaces or tabs). A superset of
@@ -169,7 +181,10 @@ class QualitySpec:
     min_alpha_words_ratio: float | None = 0.8
     """Words with at least one letter (any script) / words."""
     min_stop_words: int | None = 2
-    """Words that are in ``stop_words`` once lowercased and stripped of surrounding punctuation."""
+    """Words that are in ``stop_words`` once lowercased and stripped of surrounding punctuation.
+    English only: with a ``language`` column in the table (language identification on), documents
+    identified as another language skip this check (see the module docstring); without one,
+    every document is checked."""
     stop_words: tuple[str, ...] = ("the", "be", "to", "of", "and", "that", "have", "with")
 
     def __post_init__(self) -> None:
@@ -592,20 +607,26 @@ def _quality_checks(spec: QualitySpec) -> list[_Check]:
 
 
 def _drop_first_failure(
-    table: pa.Table, checks: list[_Check], measures: dict[str, np.ndarray]
+    table: pa.Table,
+    checks: list[_Check],
+    measures: dict[str, np.ndarray],
+    applies: dict[str, np.ndarray] | None = None,
 ) -> StageResult:
     """Drop every row that fails an enabled check, with the first failing check's reason and
-    its measure as the value."""
+    its measure as the value. ``applies``: per reason, the rows its check applies to (bool
+    array; a reason not named applies to every row)."""
     # filters.py imports this module at its top: its stage name is read once both are loaded.
     from llm_assets.lib.filters import FILTER_STAGE
 
     rows = table.num_rows
     first = np.full(rows, -1, np.int64)
-    for i, (_reason, measure, bound, below, _fmt) in enumerate(checks):
+    for i, (reason, measure, bound, below, _fmt) in enumerate(checks):
         if bound is None:
             continue
         values = measures[measure]
         failing = values < bound if below else values > bound
+        if applies is not None and reason in applies:
+            failing &= applies[reason]
         first[(first < 0) & failing] = i
     dropped = first >= 0
     reasons: list[str] = []
@@ -623,18 +644,39 @@ def _drop_first_failure(
     )
 
 
+def stop_word_rows(table: pa.Table) -> np.ndarray | None:
+    """The rows the stop-word rule applies to: where the ``language`` column is
+    :data:`STOP_WORDS_LANGUAGE` or null; ``None`` (every row) when the table has no ``language``
+    column, i.e. language identification did not run."""
+    if LANGUAGE not in table.column_names:
+        return None
+    codes = table[LANGUAGE]
+    if pa.types.is_dictionary(codes.type):
+        codes = codes.cast(pa.string())
+    english = pc.fill_null(pc.equal(codes, STOP_WORDS_LANGUAGE), True)
+    return _np(english).astype(bool, copy=False)
+
+
 def quality_filter(table: pa.Table, spec: QualitySpec, words: Words | None = None) -> StageResult:
     """Kernel: drop documents that fail a Gopher quality bound (too short or long, odd word
     lengths, too many hashes or ellipses, mostly bullet or ellipsis lines, mostly non-words, no
     stop words: boilerplate, lists, tables and machine output rather than prose). Adds no
     columns. Only the measures of the checks that are on are computed. ``words``: the words of
-    ``table[TEXT]``, if already split (:class:`Words`)."""
+    ``table[TEXT]``, if already split (:class:`Words`).
+
+    The stop-word rule (English stop words) applies only to the rows :func:`stop_word_rows`
+    names: with a ``language`` column (language identification on), the documents identified as
+    English (or with a null language); without one (identification off), every document."""
     checks = _quality_checks(spec)
     wanted = frozenset(
         measure for _reason, measure, bound, _below, _fmt in checks if bound is not None
     )
     measures = _quality_measures(table[TEXT], spec, words, wanted)
-    return _drop_first_failure(table, checks, measures)
+    applies = None
+    if spec.min_stop_words is not None:
+        rows = stop_word_rows(table)
+        applies = None if rows is None else {TOO_FEW_STOP_WORDS: rows}
+    return _drop_first_failure(table, checks, measures, applies)
 
 
 # --- repetition -----------------------------------------------------------------------------------
@@ -866,6 +908,7 @@ __all__ = [
     "MEAN_WORD_LENGTH_TOO_SHORT",
     "QUALITY_REASONS",
     "STOP_WORDS",
+    "STOP_WORDS_LANGUAGE",
     "TOO_FEW_STOP_WORDS",
     "TOO_FEW_WORDS",
     "TOO_MANY_WORDS",
@@ -880,5 +923,6 @@ __all__ = [
     "repetition_filter",
     "repetition_measures",
     "split_words",
+    "stop_word_rows",
     "top_ngram_reason",
 ]

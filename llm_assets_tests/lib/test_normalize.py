@@ -254,7 +254,19 @@ def test_default_preset_is_idempotent_and_keeps_paragraphs(text):
     spec = NormalizeSpec()
     once = normalize_text(text, spec)
     assert normalize_text(once, spec) == once
-    assert "\n\n\n" not in once and "  " not in once
+    _check_default_shape(once)
+
+
+def _check_default_shape(text: str) -> None:
+    """What the ``default`` preset leaves: no more than one blank line, no outer whitespace, and
+    per line its indentation (spaces and tabs) then text with single spaces, nothing trailing;
+    no whitespace but space, tab and newline."""
+    assert "\n\n\n" not in text and text == text.strip()
+    assert all(c in " \t\n" for c in text if c.isspace())
+    for line in text.split("\n"):
+        body = line.lstrip(" \t")
+        assert body == body.rstrip(" \t"), repr(line)  # nothing trailing (blank lines are empty)
+        assert "  " not in body and "\t" not in body, repr(line)
 
 
 # --- default: clean rows skip the regex passes ---------------------------------------------------
@@ -354,7 +366,9 @@ def test_default_equals_reference_on_random_sliced_and_chunked_arrays(texts, spe
         ("line one\x85line two", "line one\nline two"),  # NEL
         ("line one\u2028line two\u2029para", "line one\nline two\npara"),  # once a space
         ("a\r\nb\rc", "a\nb\nc"),
-        ("a \x0c \n \x0c b", "a\n\nb"),  # a blank line at most, spaces around it trimmed
+        # a blank line at most, spaces before a break trimmed; the one after the last break is
+        # the indentation of the line "b": kept
+        ("a \x0c \n \x0c b", "a\n\n b"),
         ("\x0c\x0bText\x85", "Text"),
         # the other whitespace controls (information separators U+001C-U+001F) are spaces
         ("field\x1fvalue\x1erecord\x1dgroup\x1cfile", "field value record group file"),
@@ -376,6 +390,73 @@ def test_default_preset_keeps_meaning():
     assert normalize_text("Ça  va?\tOui!\r\n\r\n\r\nNext", spec) == "Ça va? Oui!\n\nNext"
     assert normalize_text("e\u0301", spec) == "\u00e9"  # NFC composes
     assert normalize_text("ﬁ", NormalizeSpec(unicode_form="NFKC")) == "fi"
+
+
+# --- default: the indentation of a line is kept ------------------------------------------------
+@pytest.mark.parametrize("spec", DEFAULT_FORMS)
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # code keeps its structure (the indentation was removed: "def f(x):\nif x:\nreturn 1")
+        ("def f(x):\n    if x:\n        return 1", "def f(x):\n    if x:\n        return 1"),
+        ("def f(x):\n\tif x:\n\t\treturn  1 \t\n", "def f(x):\n\tif x:\n\t\treturn 1"),
+        ("if x:\n  \t  y = 1", "if x:\n  \t  y = 1"),  # mixed indentation: as it is
+        # inside a line, runs of spaces and tabs still collapse (after the indentation)
+        ("items:\n  - one   two\n  - three\t\tfour  \n", "items:\n  - one two\n  - three four"),
+        ("x = 1    # comment\n    y\t=\t2", "x = 1 # comment\n    y = 2"),
+        # other Unicode spaces in an indentation are one space each
+        ("a\n \u3000\u00a0\x1fb", "a\n    b"),
+        # a line of only spaces and tabs is blank; blank lines still collapse to one
+        ("a\n    \n\t\n    \n    b", "a\n\n    b"),
+        ("a  \t\nb", "a\nb"),  # trailing spaces and tabs go
+        # outer whitespace is stripped, the first line's indentation too
+        ("\n\n    first\n    second\n\n", "first\n    second"),
+        ("\t\tfirst\n\t\tsecond", "first\n\t\tsecond"),
+        # line breaks of every kind start a line whose indentation is kept
+        ("a\r\n  b\x0c  c\u2028  d", "a\n  b\n  c\n  d"),
+    ],
+)
+def test_default_keeps_the_indentation_of_each_line(spec, text, expected):
+    assert normalize_text(text, spec) == expected
+    assert normalize_text(expected, spec) == expected
+    assert normalize_array(pa.array([text, "clean row", text]), spec).to_pylist() == [
+        expected,
+        "clean row",
+        expected,
+    ]
+
+
+@pytest.mark.parametrize("spec", DEFAULT_FORMS)
+def test_default_treats_every_python_whitespace_character_alike(spec):
+    """Every ``str.isspace`` character: a line break starts a new line, a tab stays a tab in an
+    indentation, any other is a space; the vectorized passes agree with the reference."""
+    breaks = set("\n\r\x0b\x0c\x85\u2028\u2029")
+    spaces = [chr(cp) for cp in range(0x110000) if chr(cp).isspace()]
+    texts = [f"a{c}{c}b\n{c}c" for c in spaces]
+    out = normalize_array(pa.array(texts), spec).to_pylist()
+    assert out == [normalize_text(t, spec) for t in texts]
+    for c, result in zip(spaces, out, strict=True):
+        if c in breaks:
+            expected = "a\n\nb\n\nc"
+        elif c == "\t":
+            expected = "a b\n\tc"
+        else:
+            expected = "a b\n c"
+        assert result == expected, repr(c)
+
+
+_CODE_ALPHABET = [*" \t\n\n\rab:=#\u3000\u00a0\x0c\x07", "    ", "\n    ", "\n\t"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(st.sampled_from(_CODE_ALPHABET), max_size=30).map("".join), max_size=8))
+def test_default_on_indented_text_equals_reference_and_is_idempotent(texts):
+    spec = NormalizeSpec()
+    out = normalize_array(pa.array(texts, pa.string()), spec).to_pylist()
+    assert out == [normalize_text(t, spec) for t in texts]
+    for once in out:
+        assert normalize_text(once, spec) == once
+        _check_default_shape(once)
 
 
 def _docs(texts: list[str]) -> pa.Table:

@@ -237,6 +237,94 @@ def test_custom_stop_words():
     assert quality_measures(pa.array([NO_STOP_WORDS]), spec)["stop_words"].tolist() == [3]
 
 
+# --- the stop-word rule is English: it skips documents identified as another language ----------
+GERMAN = (
+    "Der Gemeinderat hat gestern Abend einen neuen Haushalt für die Renovierung der Grundschulen "
+    "im Norden beschlossen. Nach monatelangen Debatten zwischen Mehrheit und Opposition sollen "
+    "zuerst die Dächer, danach die Fenster und Heizungen erneuert werden. Eltern begrüßten "
+    "diese Entscheidung, während Lehrer zusätzliche Klassenzimmer forderten. Außerdem bleibt "
+    "die Bibliothek künftig abends länger geöffnet, damit Schüler vor Prüfungen ruhig lernen "
+    "können."
+)
+"""German prose: 58 words, none of them an English stop word; passes every other default rule."""
+
+
+def _with_language(
+    texts: list[str], codes: list[str | None], kind: pa.DataType | None = None
+) -> pa.Table:
+    """Documents as the stop-word step sees them after language identification."""
+    return _table(texts).append_column("language", pa.array(codes, kind or pa.string()))
+
+
+def test_stop_word_rule_skips_documents_identified_as_another_language():
+    """With a language column, German prose without English stop words is kept (it was rejected
+    as too_few_stop_words: every German document was, with languages [en, de]); English without
+    stop words, or a document without a language, is still rejected."""
+    assert quality_measures(pa.array([GERMAN]))["stop_words"].tolist() == [0]
+    texts = [GERMAN, NO_STOP_WORDS, PROSE, NO_STOP_WORDS, GERMAN]
+    codes = ["de", "en", "en", None, "fr"]
+    for kind in (pa.string(), pa.dictionary(pa.int32(), pa.string())):
+        result = quality_filter(_with_language(texts, codes, kind), QualitySpec())
+        assert result.kept["doc_id"].to_pylist() == ["d0", "d2", "d4"]
+        assert _rejected(result) == [(TOO_FEW_STOP_WORDS, "0"), (TOO_FEW_STOP_WORDS, "0")]
+        assert result.rejects["doc_id"].to_pylist() == ["d1", "d3"]
+    # The stop-word rule alone, as filter_table runs it after language identification.
+    kept_fields = ("stop_words", "min_stop_words")
+    only = QualitySpec(
+        **{name: None for name in QualitySpec.__dataclass_fields__ if name not in kept_fields}
+    )
+    result = quality_filter(_with_language(texts, codes), only)
+    assert result.kept["doc_id"].to_pylist() == ["d0", "d2", "d4"]
+
+
+def test_other_quality_rules_still_apply_to_other_languages():
+    texts = [
+        "Der Rat tagt morgen im Rathaus.",  # too few words
+        GERMAN + " #Haushalt" * 8,  # 8 hashes in 66 words
+        GERMAN,
+    ]
+    result = quality_filter(_with_language(texts, ["de", "de", "de"]), QualitySpec())
+    assert _rejected(result) == [(TOO_FEW_WORDS, "6"), (HASH_WORD_RATIO, "0.121")]
+    assert result.kept["doc_id"].to_pylist() == ["d2"]
+
+
+def test_without_language_identification_the_stop_word_rule_checks_every_document():
+    """No language column (language identification off): as before, German prose is rejected
+    for lacking English stop words."""
+    result = quality_filter(_table([GERMAN, NO_STOP_WORDS, PROSE]), QualitySpec())
+    assert _rejected(result) == [(TOO_FEW_STOP_WORDS, "0"), (TOO_FEW_STOP_WORDS, "0")]
+    assert result.kept["doc_id"].to_pylist() == ["d2"]
+    empty = _with_language([], [])
+    assert quality_filter(empty, QualitySpec()).kept.num_rows == 0
+
+
+@pytest.mark.parametrize(
+    ("languages", "expected"),
+    [
+        # Keep English and German: the German document passes the stop-word rule.
+        (("en", "de"), {"d1": TOO_FEW_STOP_WORDS, "d2": TOO_FEW_WORDS}),
+        # Only annotate: every language is kept, the rule checks only English.
+        ((), {"d1": TOO_FEW_STOP_WORDS, "d2": TOO_FEW_WORDS}),
+        # English only: German is the wrong language, before the stop-word rule runs.
+        (("en",), {"d0": "wrong_language", "d1": TOO_FEW_STOP_WORDS, "d2": TOO_FEW_WORDS}),
+        # Language identification off: the rule checks every document, as before.
+        (None, {"d0": TOO_FEW_STOP_WORDS, "d1": TOO_FEW_STOP_WORDS, "d2": TOO_FEW_WORDS}),
+    ],
+)
+def test_filter_chain_with_several_languages_keeps_german_prose(languages, expected):
+    from llm_assets.lib.filters import FilterSpec, filter_table
+    from llm_assets.lib.language import LanguageSpec
+
+    table = _table([GERMAN, NO_STOP_WORDS, "Der Rat tagt morgen im Rathaus."])
+    table = table.append_column("n_tokens", pa.array([100, 100, 100], pa.int32()))
+    language = None if languages is None else LanguageSpec(languages=languages)
+    spec = FilterSpec.standard(exact_dedup=None, near_dedup=None, language=language)
+    result = filter_table(table, spec)
+    reasons = result.rejects["reason"].to_pylist()
+    assert dict(zip(result.rejects["doc_id"].to_pylist(), reasons, strict=True)) == expected
+    assert result.kept["doc_id"].to_pylist() == ([] if "d0" in expected else ["d0"])
+
+
 # --- repetition: one check on at a time -------------------------------------------------------
 _NOTHING = {
     "max_dup_line_ratio": None,
