@@ -53,7 +53,7 @@ from llm_assets.lib.dedup import (
 from llm_assets.lib.filters import FilterSpec, LengthFilterSpec, filter_table
 from llm_assets.lib.ingest import IngestSpec, detect_format
 from llm_assets.lib.normalize import NormalizeSpec, normalize_table
-from llm_assets.lib.schema import INPUT_IDS, PROMPT_TOKENS
+from llm_assets.lib.schema import INPUT_IDS, LABEL, PROMPT_TOKENS
 from llm_assets.lib.tokenization import TokenizerSpec, tokenize_table
 from llm_assets.paths import PathEscapeError, inside
 from llm_assets.tasks import (
@@ -737,7 +737,7 @@ def run_raw_documents(
             f"{asset}: not read, as their names start with . or _ (hidden, or markers of Spark "
             f"and Hadoop writers): {len(ignored)} file(s) or folder(s): {ignored[:10]}"
         )
-    return _execute(
+    report = _execute(
         ctx,
         asset=asset,
         stage_fp=stage_fp,
@@ -747,6 +747,113 @@ def run_raw_documents(
         fn=run_ingest,
         extra={"ignored_inputs": ignored[:IGNORED_LISTED], "ignored_inputs_count": len(ignored)},
     )
+    # After _execute: the shards and rejects are written and recorded (the rejects view is
+    # current), so a refused run loses nothing and its rejects can be queried. A re-run reuses
+    # the shards and is refused the same way.
+    files = [plan.task.source_file for plan in planned]
+    _warn_files_without_documents(ctx, report, files)
+    _refuse_no_documents(ctx, report, spec, resolved, len(set(files)))
+    return report
+
+
+NO_TEXT_REASONS = ("missing_text", "non_string_text")
+"""Raw reject reasons that say the records' text is not where ``text_field`` points."""
+FILES_WITHOUT_DOCUMENTS_LISTED = 10
+"""At most this many input files that gave no document are named, each with its top reason."""
+
+
+class NoDocumentsError(StageInputError):
+    """``raw_documents`` read records but kept none (every one a reject): every later stage
+    would be empty and the training loop would run zero steps. Raised after the shards and
+    rejects are recorded, so the rejects can be queried (``raw_documents_rejects``)."""
+
+
+def _top_reasons(reasons: dict[str, int], n: int = 3) -> str:
+    ranked = sorted(reasons.items(), key=lambda item: (-item[1], item[0]))
+    text = ", ".join(f"{reason}: {count}" for reason, count in ranked[:n])
+    return text + (f", and {len(ranked) - n} other reason(s)" if len(ranked) > n else "")
+
+
+def _warn_files_without_documents(
+    ctx: StageContext, report: StageReport, files: Sequence[str]
+) -> None:
+    """A WARNING naming each input file that had records but gave no document (all its
+    records rejected) while other files did give documents, with its top reject reason: a file
+    in another layout (its text in another field, another CSV delimiter) or an empty one is
+    otherwise lost among the other files' rows. Reads only those files' rejects (their reason
+    column)."""
+    if report.rows_out == 0:
+        return  # the whole input gave nothing: _refuse_no_documents says so
+    per_file: dict[str, list[ShardRecord]] = {}
+    for name, record in zip(files, report.shards, strict=True):
+        per_file.setdefault(name, []).append(record)
+    empty = [
+        (name, records)
+        for name, records in per_file.items()
+        if sum(r.rows_in for r in records) and not sum(r.rows_out for r in records)
+    ]
+    if not empty:
+        return
+    described = []
+    for name, records in empty[:FILES_WITHOUT_DOCUMENTS_LISTED]:
+        reasons: Counter[str] = Counter()
+        for record in records:
+            if record.rejects_path and Path(record.rejects_path).exists():
+                column = pq.read_table(record.rejects_path, columns=["reason"])["reason"]
+                reasons.update(column.to_pylist())
+        rows = sum(r.rows_in for r in records)
+        described.append(f"{name!r} ({rows} record(s); {_top_reasons(dict(reasons), 1)})")
+    more = f" and {len(empty) - len(described)} more" if len(empty) > len(described) else ""
+    ctx.log.warning(
+        f"{RAW_DOCUMENTS}: {len(empty)} input file(s) gave no document, every record rejected, "
+        f"while other files did: {'; '.join(described)}{more}. Query their rejects: SELECT "
+        f"source_file, reason, count(*) FROM {RAW_DOCUMENTS}_rejects GROUP BY ALL"
+    )
+
+
+def _refuse_no_documents(
+    ctx: StageContext, report: StageReport, spec: IngestSpec, input_dir: str, n_files: int
+) -> None:
+    """Raise :class:`NoDocumentsError` when records were read but none was kept, naming the
+    reject counts by reason and, when the text was not found, ``text_field``."""
+    if report.rows_in == 0 or report.rows_out > 0:
+        return
+    reasons = report.reject_reasons or {"(unknown)": report.rows_rejected}
+    message = (
+        f"{RAW_DOCUMENTS}: no document kept: all {report.rows_in} record(s) of {n_files} input "
+        f"file(s) under {input_dir!r} were rejected ({_top_reasons(reasons)}), so every later "
+        "stage would be empty and training would run zero steps."
+    )
+    no_text = sum(reasons.get(reason, 0) for reason in NO_TEXT_REASONS)
+    if no_text * 2 > report.rows_rejected:
+        message += (
+            f" The text is read from the field {spec.text_field!r} (raw_documents.config."
+            "text_field), which these records lack or hold as a non-string: set "
+            "raw_documents.config.text_field to the field or column that holds the text"
+        )
+        if any(name.lower().endswith(".csv") for name in _input_names(report)):
+            message += f" (and, for CSV files, check csv_delimiter: now {spec.csv_delimiter!r})"
+        message += "."
+        first = ctx.catalog.query(
+            f"SELECT source_file, source_line, value, sample FROM {RAW_DOCUMENTS}_rejects "
+            "WHERE list_contains(?, reason) ORDER BY source_file, source_line LIMIT 1",
+            [list(NO_TEXT_REASONS)],
+        )
+        if first:
+            source_file, line, value, sample = first[0]
+            message += f" First such record ({source_file}:{line}): {value}"
+            message += f"; {sample[:120]!r}." if sample else "."
+    elif reasons.get("empty_file", 0) * 2 > report.rows_rejected:
+        message += " The input files are empty."
+    message += (
+        f" Every reject is recorded: SELECT source_file, source_line, reason, value FROM "
+        f"{RAW_DOCUMENTS}_rejects (catalog {ctx.catalog.path})."
+    )
+    raise NoDocumentsError(message)
+
+
+def _input_names(report: StageReport) -> set[str]:
+    return {path for record in report.shards for path in record.input_shards}
 
 
 # --- normalize / tokenize / filter ----------------------------------------------------------------
@@ -1048,6 +1155,8 @@ def run_training_batches(
     schema = pq.read_schema(upstream[0].path)
     token_type = schema.field(INPUT_IDS).type.value_type
     eos_id = _eos_id(meta, spec, megatron, sft=PROMPT_TOKENS in schema.names)
+    if spec.layout == "packed" and LABEL in schema.names:
+        raise StageInputError(label_needs_a_padded_layout(spec.layout))
 
     if spec.layout == "bucketed" and spec.bucket_boundaries is None:
         spec = replace(spec, bucket_boundaries=_derived_boundaries(ctx, spec))
@@ -1191,10 +1300,59 @@ def run_training_batches(
     )
     report.extra["documents"] = report.rows_in
     report.extra["sequences"] = report.rows_out
+    _warn_lost_tokens(ctx, report, spec)
     ctx.log.info(
         f"{asset}: {extra['scatter_seconds']:.2f} s of the {report.seconds:.2f} s were scattering"
     )
     return report
+
+
+def label_needs_a_padded_layout(layout: str) -> str:
+    """Why ``filtered_documents.config.label_field`` and the ``packed`` layout do not go
+    together: a packed block joins several documents, so it has no ``label`` column and every
+    label would be dropped without a word."""
+    return (
+        f"{FILTERED_DOCUMENTS}.config.label_field is set (labelled data), but "
+        f"{TRAINING_BATCHES}.config.layout is {layout!r}: a packed block joins several documents "
+        "and has no label column, so every label would be dropped. Set "
+        f"{TRAINING_BATCHES}.config.layout to 'padded' or 'bucketed' (one document per row, "
+        "with its label), or unset label_field"
+    )
+
+
+LOST_TOKENS_WARNING = 0.10
+"""Share of the documents' tokens cut off (``truncated_tokens``) or dropped (``dropped_tokens``)
+by the batches' layout above which ``training_batches`` logs a WARNING."""
+
+
+def _warn_lost_tokens(ctx: StageContext, report: StageReport, spec: BatchSpec) -> None:
+    """A WARNING when the layout left out more than :data:`LOST_TOKENS_WARNING` of the tokens
+    it was given: documents cut to ``seq_len`` (layouts ``padded`` and ``bucketed``, and
+    ``packed`` with ``overflow: truncate``), or the last partial blocks dropped
+    (``drop_remainder``). The counts are in the metadata too, where nobody looks."""
+    tokens = int(report.extra.get("tokens", 0))
+    truncated = int(report.extra.get("truncated_tokens", 0))
+    dropped = int(report.extra.get("dropped_tokens", 0))
+    given = tokens + truncated + dropped
+    report.extra["truncated_fraction"] = truncated / given if given else 0.0
+    if given and truncated > LOST_TOKENS_WARNING * given:
+        if spec.layout == "packed":
+            why = f"overflow 'truncate' cuts every document to seq_len - 1 ({spec.seq_len - 1})"
+            keep = "Overflow 'split' keeps them (a long document continues in the next block)"
+        else:
+            why = f"layout {spec.layout!r} keeps at most seq_len ({spec.seq_len}) of a document"
+            keep = "Layout 'packed' keeps them (a long document continues in the next block)"
+        ctx.log.warning(
+            f"{TRAINING_BATCHES}: {truncated:,} of the documents' {given:,} tokens "
+            f"({truncated / given:.0%}) were cut off and are not in the batches: {why}. "
+            f"{keep}, or raise seq_len (see the length_histogram metadata)"
+        )
+    if given and dropped > LOST_TOKENS_WARNING * given:
+        ctx.log.warning(
+            f"{TRAINING_BATCHES}: {dropped:,} of the documents' {given:,} tokens "
+            f"({dropped / given:.0%}) were dropped with drop_remainder (the last partial block "
+            "of each file): set drop_remainder to false to keep them, or lower shuffle_buckets"
+        )
 
 
 _RECORDED_BATCH_EXTRAS = ("length_histogram", "bucket_boundaries", "megatron")

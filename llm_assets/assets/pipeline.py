@@ -235,8 +235,11 @@ def validate_run_config(
     checked with its defaults.)
 
     With ``training_batches`` among ``steps`` (the run's assets, :func:`run_steps`; None: all),
-    the tokenizer must also have the EOS token that step's layout needs (:func:`_check_eos`). A
-    run without it is not held to its defaults there: it cannot even carry its config.
+    the tokenizer must also have the EOS token that step's layout needs (:func:`_check_eos`),
+    and a ``label_field`` needs a layout with a label column (``padded`` or ``bucketed``; a
+    ``packed`` block joins documents and would drop every label). A run without that step is
+    not held to its defaults there: it cannot even carry its config (``training_batches`` checks
+    its input for a ``label`` column itself).
 
     The same builders as the assets', so nothing is checked twice in two ways. Cheap for the
     defaults: GPT-2 is not built, only a custom flagged-word list is read (once per process),
@@ -255,12 +258,14 @@ def validate_run_config(
     with _config_errors(TOKENIZED_DOCUMENTS):
         tokenizer = tokenizer_spec(TokenizeConfig(**op_config(TOKENIZED_DOCUMENTS)), data_root)
     with _config_errors(FILTERED_DOCUMENTS):
-        filter_spec(FilterConfig(**op_config(FILTERED_DOCUMENTS)), data_root)
+        filters = filter_spec(FilterConfig(**op_config(FILTERED_DOCUMENTS)), data_root)
     with _config_errors(TRAINING_BATCHES):
         batches_config = BatchesConfig(**op_config(TRAINING_BATCHES))
         batches = _batch_spec(batches_config)
     if steps is None or TRAINING_BATCHES in steps:
         _check_eos(tokenizer, batches, megatron=batches_config.megatron)
+        if filters.label is not None and batches.layout == "packed":
+            raise stages.StageInputError(stages.label_needs_a_padded_layout(batches.layout))
 
 
 def run_steps(context: dg.AssetExecutionContext) -> frozenset[str]:

@@ -72,8 +72,12 @@ class LabelSpec:
     """A class label taken from the input record (a field of ``metadata``), optionally mapped,
     e.g. review ratings to sentiments: ``{"1": "negative", ..., "5": "positive"}``.
 
-    A row without the field is rejected (``missing_label``); with a mapping, a value outside it is
-    rejected too (``unmapped_label``), so no example reaches training with a label nobody chose.
+    A row without a label is rejected (``missing_label``): the field absent, JSON ``null``, or a
+    string that is empty or only whitespace (an empty CSV cell: ``t,b,``), which would otherwise
+    become a class ``""`` nobody chose; a mapping that names that exact string (e.g. ``{"":
+    "neutral"}``) maps it instead. With a mapping, a value outside it is rejected too
+    (``unmapped_label``), so no example reaches training with a label nobody chose. Other
+    values are kept as they are (not stripped).
     """
 
     field: str
@@ -105,7 +109,8 @@ def filter_length(table: pa.Table, spec: LengthFilterSpec) -> StageResult:
 
 def attach_label(table: pa.Table, spec: LabelSpec) -> StageResult:
     """Add a string ``label`` column from ``metadata[spec.field]`` (mapped); reject rows without
-    one. Numbers are matched by their JSON text (``5`` and ``"5"`` both map through ``"5"``)."""
+    one (absent, null, or an empty or whitespace-only string: :class:`LabelSpec`). Numbers are
+    matched by their JSON text (``5`` and ``"5"`` both map through ``"5"``)."""
     mapping = dict(spec.mapping)
     labels: list[str | None] = []
     reasons: list[str] = []
@@ -115,7 +120,7 @@ def attach_label(table: pa.Table, spec: LabelSpec) -> StageResult:
         record = json.loads(raw) if raw else {}
         value = record.get(spec.field) if isinstance(record, dict) else None
         text = None if value is None else value if isinstance(value, str) else json.dumps(value)
-        if text is None:
+        if text is None or (not text.strip() and text not in mapping):
             reason = MISSING_LABEL
         elif mapping and text not in mapping:
             reason = UNMAPPED_LABEL
@@ -125,7 +130,9 @@ def attach_label(table: pa.Table, spec: LabelSpec) -> StageResult:
             continue
         dropped.append(True)
         reasons.append(reason)
-        values.append(f"{spec.field}={text}" if text is not None else spec.field)
+        values.append(
+            spec.field if text is None else f"{spec.field}={text if text.strip() else repr(text)}"
+        )
     if len(dropped) != table.num_rows:  # no metadata column at all: every label is missing
         dropped = [True] * table.num_rows
         reasons, values = [MISSING_LABEL] * table.num_rows, [spec.field] * table.num_rows
@@ -177,6 +184,9 @@ def _split_stop_words(
 
     The stop-word rule is English-specific: run before language identification it would reject a
     French paragraph as ``too_few_stop_words``; after it, the paragraph is ``wrong_language``.
+    With other languages kept (``languages: [en, de]``) or only annotated (``[]``), the rule
+    checks only the documents identified as English
+    (:func:`~llm_assets.lib.quality.stop_word_rows`).
     The other rules are cheap and language-neutral, so they run first and the costly language
     model sees only the documents they kept."""
     if quality is None or quality.min_stop_words is None:

@@ -284,3 +284,23 @@ def test_words_taken_for_some_rows_are_those_split_from_those_rows():
         assert taken.ids.tolist() == fresh.ids.tolist()
         assert taken.vocab.equals(fresh.vocab)
         assert taken.offsets.tolist() == fresh.offsets.tolist()
+
+
+def test_an_empty_or_blank_label_is_missing_not_a_class_of_its_own():
+    """An empty CSV cell (``t,b,``) or a label of spaces was kept as the class ``""`` (or
+    ``"  "``); it is a ``missing_label`` reject, as an absent field or JSON null is. A mapping
+    that names the exact empty string maps it on purpose."""
+    from llm_assets.lib.filters import MISSING_LABEL, FilterSpec, LabelSpec
+
+    table = _labelled(
+        ['{"label": ""}', '{"label": "  "}', '{"label": null}', '{"label": "ok"}', '{"x": 1}']
+    )
+    result = filter_table(table, FilterSpec(label=LabelSpec("label")))
+    assert result.kept["label"].to_pylist() == ["ok"]
+    assert result.rejects["reason"].to_pylist() == [MISSING_LABEL] * 4
+    assert result.rejects["value"].to_pylist() == ["label=''", "label='  '", "label", "label"]
+    mapped = filter_table(
+        table, FilterSpec(label=LabelSpec("label", mapping=(("", "none"), ("ok", "fine"))))
+    )
+    assert mapped.kept["label"].to_pylist() == ["none", "fine"]
+    assert mapped.rejects["reason"].to_pylist() == [MISSING_LABEL] * 3
