@@ -306,6 +306,25 @@ class DedupOutcome:
     """Where the driver wrote ``drops`` (set by the caller)."""
 
 
+def _drop_seen_primary_key(con: Any) -> None:
+    """Rebuild :data:`SEEN_TABLE` without the primary key on ``doc_id`` that the first releases
+    with a dedup history gave it: with one history per scope, one document id has a row per
+    scope, which that key refused (every run of such a catalog failed with a constraint error).
+    The rows are kept as they are."""
+    keyed = con.execute(
+        "SELECT count(*) FROM duckdb_constraints() WHERE table_name = ? "
+        "AND constraint_type = 'PRIMARY KEY' AND schema_name = current_schema()",
+        [SEEN_TABLE],
+    ).fetchone()[0]
+    if not keyed:
+        return
+    columns = [row[0] for row in con.execute(f"DESCRIBE {SEEN_TABLE}").fetchall()]
+    listed = ", ".join(f'"{name}"' for name in columns)
+    con.execute(f"CREATE TABLE {SEEN_TABLE}_unkeyed AS SELECT {listed} FROM {SEEN_TABLE}")
+    con.execute(f"DROP TABLE {SEEN_TABLE}")
+    con.execute(f"ALTER TABLE {SEEN_TABLE}_unkeyed RENAME TO {SEEN_TABLE}")
+
+
 def resolve_duplicates(
     con: Any,
     shards: list[tuple[str, str]],
@@ -327,9 +346,11 @@ def resolve_duplicates(
     all of them) drop out of the aggregation, and the signatures of the few documents in candidate
     pairs are read from the shards in one scan."""
     started = time.perf_counter()
-    # No primary key: the anti-join below keeps ids unique, and building the key's index costs
-    # more than the rest of a first run's step. (Catalogs made with the key work the same.)
+    # No primary key: the anti-join below keeps ids unique per scope, and building the key's
+    # index costs more than the rest of a first run's step. (A catalog made with the key is
+    # rebuilt without it: the key refused a document's row in a second scope.)
     con.execute(f"CREATE TABLE IF NOT EXISTS {SEEN_TABLE} (doc_id VARCHAR, run BIGINT)")
+    _drop_seen_primary_key(con)
     con.execute(f"ALTER TABLE {SEEN_TABLE} ADD COLUMN IF NOT EXISTS scope VARCHAR")
     # From Arrow in one statement (executemany costs milliseconds a row in DuckDB).
     files = pa.table(

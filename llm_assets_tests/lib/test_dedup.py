@@ -455,3 +455,22 @@ def test_global_step_equals_a_python_reference_over_runs(tmp_path, exact):
         assert got == expected[run]
         assert (outcome.exact_removed > 0) == exact and outcome.near_removed > 0
     assert any(" of 2;" not in value for *_, value in expected[1] if value.startswith("cluster"))
+
+
+def test_a_history_table_with_the_first_releases_primary_key_is_rebuilt_without_it(tmp_path):
+    """Catalogs of the first releases with a dedup history keyed ``dedup_seen`` on ``doc_id``;
+    with one history per scope, a document's second row (in a new scope) broke that key, and
+    every run of an upgraded warehouse failed at filtered_documents with a constraint error. The
+    table is rebuilt without the key, its rows kept."""
+    rng = random.Random(5)
+    docs = [" ".join(_doc(rng)) for _ in range(10)]
+    con = duckdb.connect(str(tmp_path / "old.duckdb"))
+    con.execute("CREATE TABLE dedup_seen (doc_id VARCHAR PRIMARY KEY, run BIGINT)")
+    con.execute("INSERT INTO dedup_seen VALUES ('b0000', 1), ('b0001', 1)")
+    shards = _write_shards(tmp_path, {"b": _table([*docs, docs[0]], "b", "b.jsonl")})
+    outcome = resolve_duplicates(con, shards, ExactDedupSpec(), NearDedupSpec(), scope="new")
+    assert outcome.drops["doc_id"].to_pylist() == ["b0010"]
+    rows = con.execute("SELECT scope, count(*) FROM dedup_seen GROUP BY ALL ORDER BY 1").fetchall()
+    assert rows == [("new", 11), (None, 2)]
+    keys = "SELECT count(*) FROM duckdb_constraints() WHERE table_name = 'dedup_seen'"
+    assert con.execute(keys).fetchone()[0] == 0
