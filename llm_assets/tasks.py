@@ -120,6 +120,21 @@ def timed_reads(items: Iterable[Any], parts: PartTimes) -> Iterator[Any]:
         yield item
 
 
+def row_group_batches(
+    source: pq.ParquetFile, batch_size: int, columns: list[str] | None = None
+) -> Iterator[pa.RecordBatch]:
+    """The file's record batches (at most ``batch_size`` rows), read one row group at a time.
+
+    pyarrow's ``iter_batches`` over a whole file keeps buffers that grow with the file until
+    the loop ends: 86 MB of Arrow memory for a 67 MB shard and 214 MB for a 196 MB one, against
+    ~20 MB this way, so one big input file (a 1M-row ``.jsonl.gz`` is one shard at every stage)
+    took a worker to 931 MB. Same rows in the same order."""
+    for group in range(source.metadata.num_row_groups):
+        yield from source.iter_batches(
+            batch_size=batch_size, row_groups=[group], columns=columns, use_threads=READ_THREADS
+        )
+
+
 def add_parts(total: dict[str, float], parts: dict[str, float]) -> dict[str, float]:
     """``total`` plus ``parts``, part by part (missing parts count as 0)."""
     return {k: total.get(k, 0.0) + parts.get(k, 0.0) for k in (*PARTS, *total, *parts)}
@@ -307,11 +322,8 @@ def run_map(task: MapTask) -> ShardStats:
     metadata.update(dict(task.metadata))
 
     def results() -> Iterator[StageResult]:
-        batches = source.iter_batches(
-            batch_size=parquet_batch_rows(source.metadata, task.batch_rows, BATCH_BYTES),
-            use_threads=READ_THREADS,
-        )
-        for batch in timed_reads(batches, parts):
+        batch_size = parquet_batch_rows(source.metadata, task.batch_rows, BATCH_BYTES)
+        for batch in timed_reads(row_group_batches(source, batch_size), parts):
             yield task.kernel(pa.Table.from_batches([batch]), task.spec)
 
     def empty_schema() -> pa.Schema:
@@ -373,15 +385,12 @@ def run_dedup_apply(task: DedupApplyTask) -> ShardStats:
 
     def results() -> Iterator[StageResult]:
         if task.input_rejects_path and Path(task.input_rejects_path).exists():
-            with parts.part("read"):
-                earlier = pq.read_table(task.input_rejects_path)
-            yield StageResult(output_schema.empty_table(), earlier)
-        batches = source.iter_batches(
-            batch_size=parquet_batch_rows(source.metadata, task.batch_rows, BATCH_BYTES),
-            columns=columns,
-            use_threads=READ_THREADS,
-        )
-        for batch in timed_reads(batches, parts):
+            with pq.ParquetFile(task.input_rejects_path) as rejects:
+                size = parquet_batch_rows(rejects.metadata, task.batch_rows, BATCH_BYTES)
+                for earlier in timed_reads(row_group_batches(rejects, size), parts):
+                    yield StageResult(output_schema.empty_table(), pa.Table.from_batches([earlier]))
+        batch_size = parquet_batch_rows(source.metadata, task.batch_rows, BATCH_BYTES)
+        for batch in timed_reads(row_group_batches(source, batch_size, columns), parts):
             table = pa.Table.from_batches([batch], schema=output_schema)
             mask = pc.is_in(table[DOC_ID], value_set=drop_ids)
             gone = table.filter(mask)[DOC_ID].to_pylist()
@@ -421,13 +430,24 @@ class ScatterTask:
 
 SCATTER_FILE = "buckets.arrow"
 """One Arrow IPC file per scattered shard: one record batch per (split, bucket)."""
-SCATTER_FORMAT = "ipc-4"
-"""Part of every scatter fingerprint: a folder written in another layout is scattered again."""
+SCATTER_FORMAT = "ipc-5"
+"""Part of every scatter fingerprint: a folder written in another layout is scattered again.
+(``ipc-5``: a (split, bucket) may have several batches, one per chunk of the shard.)"""
+SCATTER_CHUNK_BYTES = 16 << 20
+"""Decoded bytes of the shuffle's columns of a filtered shard that the scatter holds at once
+(by the footer's sizes, whole row groups). A larger shard is scattered chunk by chunk, each chunk
+writing its own batch per (split, bucket), so the worker's memory does not follow the shard's
+size: one big input file (a 1M-row ``.jsonl.gz``) is one shard at every stage, and its scatter
+took a worker to 931 MB. The scatter holds about seven times a chunk at its peak (keys, the
+ordered copy, its groups, the compressed batches): on a 410K-row shard with 205 MB of token ids,
+16 MiB chunks peak at 360 MB RSS (122 MB of Arrow memory) in 2.1 s, 64 MiB chunks at 889 MB,
+the whole shard at 1,842 MB in 4.7 s. Shards of ordinary size (20,000 documents of a few
+hundred tokens) are one chunk, written as before."""
 _IPC_MAGIC_BYTES = 8
 """An Arrow IPC file starts with ``ARROW1`` padded to 8 bytes; its schema message follows."""
 ScatterPiece = tuple[str, int, int, int, int]
-"""Where one (split, bucket)'s record batch lies in one scatter file: the file's path, its schema
-message (offset, length) and the batch's message (offset, length)."""
+"""Where one record batch of a (split, bucket) lies in one scatter file: the file's path, its
+schema message (offset, length) and the batch's message (offset, length)."""
 SCATTER_COLUMNS = (DOC_ID, INPUT_IDS, PROMPT_TOKENS, LABEL)
 """The columns of a filtered shard the shuffle reads and holds (those present); the text stays."""
 SFT_SCATTER_COLUMNS = (SOURCE_FILE, SOURCE_LINE)
@@ -448,23 +468,26 @@ def scatter_key(split: str, bucket: int) -> str:
 
 
 def read_scatter_manifest(output_dir: str | Path) -> dict[str, Any]:
-    """A scatter folder's manifest: ``input_fingerprint``, per (split, bucket) key its row
-    count (``counts``) and where its record batch's message lies in the IPC file (``pieces``:
-    [offset, length]), where the file's schema message lies (``schema``: [offset, length], null
-    when the shard had no rows), and how many documents have each token count (``lengths``:
-    {count: documents}, JSON keys are strings)."""
+    """A scatter folder's manifest: ``input_fingerprint``, per (split, bucket) key its row count
+    (``counts``) and where its record batches' messages lie in the IPC file (``pieces``: a list
+    of [offset, length], one per chunk of the shard that had rows of it), where the file's
+    schema message lies (``schema``: [offset, length], null when the shard had no rows), and how
+    many documents have each token count (``lengths``: {count: documents}, JSON keys are
+    strings)."""
     return json.loads((Path(output_dir) / SCATTER_MANIFEST).read_text())
 
 
-def _manifest_pieces(output_dir: str | Path, manifest: dict[str, Any]) -> dict[str, ScatterPiece]:
-    """Per (split, bucket) key, where its batch lies in the scatter folder ``output_dir``."""
+def _manifest_pieces(
+    output_dir: str | Path, manifest: dict[str, Any]
+) -> dict[str, list[ScatterPiece]]:
+    """Per (split, bucket) key, where its batches lie in the scatter folder ``output_dir``."""
     path = str(Path(output_dir) / SCATTER_FILE)
     if not manifest["pieces"]:
         return {}
     schema_offset, schema_length = manifest["schema"]
     return {
-        key: (path, schema_offset, schema_length, offset, length)
-        for key, (offset, length) in manifest["pieces"].items()
+        key: [(path, schema_offset, schema_length, offset, length) for offset, length in ranges]
+        for key, ranges in manifest["pieces"].items()
     }
 
 
@@ -473,8 +496,8 @@ def scatter_pieces(scatter_dirs: Iterable[str]) -> dict[str, list[ScatterPiece]]
     manifest read once)."""
     pieces: dict[str, list[ScatterPiece]] = {}
     for directory in scatter_dirs:
-        for key, piece in _manifest_pieces(directory, read_scatter_manifest(directory)).items():
-            pieces.setdefault(key, []).append(piece)
+        for key, found in _manifest_pieces(directory, read_scatter_manifest(directory)).items():
+            pieces.setdefault(key, []).extend(found)
     return pieces
 
 
@@ -532,68 +555,94 @@ def read_scatter_bucket(scatter_dirs: Iterable[str], split: str, bucket: int) ->
 
 
 def _message_ranges(
-    path: Path, ends: dict[str, int]
-) -> tuple[list[int] | None, dict[str, list[int]]]:
-    """The [offset, length] of an IPC file's schema message and of each batch's message, from
-    where each batch ended (the writer's position after it, in write order). The schema goes out
-    with the first batch, so the first batch starts where the schema message ends: read back."""
+    path: Path, ends: list[tuple[str, int]]
+) -> tuple[list[int] | None, dict[str, list[list[int]]]]:
+    """The [offset, length] of an IPC file's schema message and of each batch's message, per
+    key, from where each batch ended (the writer's position after it; ``ends`` in write order).
+    The schema goes out with the first batch, so the first batch starts where the schema
+    message ends: read back."""
     if not ends:
         return None, {}
     with open(path, "rb") as handle:
-        head = pa.BufferReader(handle.read(next(iter(ends.values()))))
+        head = pa.BufferReader(handle.read(ends[0][1]))
     head.seek(_IPC_MAGIC_BYTES)
     pa.ipc.read_message(head)
     start = head.tell()
     schema = [_IPC_MAGIC_BYTES, start - _IPC_MAGIC_BYTES]
-    pieces = {}
-    for key, end in ends.items():
-        pieces[key], start = [start, end - start], end
+    pieces: dict[str, list[list[int]]] = {}
+    for key, end in ends:
+        pieces.setdefault(key, []).append([start, end - start])
+        start = end
     return schema, pieces
+
+
+def _scatter_chunks(source: pq.ParquetFile, columns: list[str]) -> Iterator[pa.Table]:
+    """The shuffle's columns of a filtered shard, in consecutive whole row groups of at most
+    :data:`SCATTER_CHUNK_BYTES` decoded (one row group if larger); one empty table for a file
+    without row groups."""
+    meta = source.metadata
+    wanted = set(columns)
+    groups: list[int] = []
+    held = 0
+    for group in range(meta.num_row_groups):
+        row_group = meta.row_group(group)
+        size = sum(
+            row_group.column(i).total_uncompressed_size
+            for i in range(row_group.num_columns)
+            if row_group.column(i).path_in_schema.split(".")[0] in wanted
+        )
+        if groups and held + size > SCATTER_CHUNK_BYTES:
+            yield source.read_row_groups(groups, columns=columns, use_threads=READ_THREADS)
+            groups, held = [], 0
+        groups.append(group)
+        held += size
+    if groups or not meta.num_row_groups:
+        yield source.read_row_groups(groups, columns=columns, use_threads=READ_THREADS)
 
 
 def run_scatter(task: ScatterTask) -> dict[str, Any]:
     """Worker side of the first batching phase: one IPC file with one record batch per (split,
-    bucket). The folder is built under a temporary name and renamed into place, so it is either
-    complete or absent."""
+    bucket) and chunk of the shard (:data:`SCATTER_CHUNK_BYTES`; one chunk for shards of
+    ordinary size). The folder is built under a temporary name and renamed into place, so it is
+    either complete or absent."""
     started = time.perf_counter()
     parts = PartTimes()
-    with parts.part("read"):
-        columns = scatter_columns(pq.read_schema(task.input_path).names)
-        with pq.ParquetFile(task.input_path) as source:
-            table = source.read(columns=columns, use_threads=READ_THREADS)
-    with parts.part("compute"):
-        doc_ids = table[DOC_ID].to_pylist()
-        # The asset's length histogram, summed by the driver: no second read of the corpus.
-        lengths, documents = np.unique(
-            pc.list_value_length(table[INPUT_IDS]).to_numpy(zero_copy_only=False),
-            return_counts=True,
-        )
-        keys = shuffle_keys(doc_ids, task.spec.seed)
-        validation = assign_splits(doc_ids, task.spec.seed, task.spec.validation_fraction)
-        # Group number: split-major, then bucket; a stable sort keeps each group in input order.
-        groups = validation.astype(np.int64) * task.n_buckets + assign_buckets(keys, task.n_buckets)
-        order = np.argsort(groups, kind="stable")
-        keyed = table.append_column("shuffle_key", pa.array(keys, pa.uint64())).take(order)
-        present, starts, sizes = np.unique(groups[order], return_index=True, return_counts=True)
     final = Path(task.output_dir)
     tmp = temporary_path(final)
     tmp.mkdir(parents=True)
-    counts: dict[str, int] = {}
-    ends: dict[str, int] = {}
+    counts: Counter[str] = Counter()
+    lengths: Counter[int] = Counter()
+    ends: list[tuple[str, int]] = []
+    rows = 0
     try:
+        with pq.ParquetFile(task.input_path) as source, contextlib.ExitStack() as files:
+            with parts.part("read"):
+                columns = scatter_columns(source.schema_arrow.names)
+            out = sink = None
+            for table in timed_reads(_scatter_chunks(source, columns), parts):
+                with parts.part("compute"):
+                    keyed, present, starts, sizes, chunk_lengths = _scatter_order(table, task)
+                    lengths.update(chunk_lengths)
+                    rows += table.num_rows
+                with parts.part("write"):
+                    if out is None:
+                        sink = files.enter_context(pa.OSFile(str(tmp / SCATTER_FILE), "wb"))
+                        options = pa.ipc.IpcWriteOptions(
+                            compression="lz4", use_threads=READ_THREADS
+                        )
+                        out = files.enter_context(
+                            pa.ipc.new_file(sink, keyed.schema, options=options)
+                        )
+                    for group, start, size in zip(present, starts, sizes, strict=True):
+                        split, bucket = divmod(int(group), task.n_buckets)
+                        part = keyed.slice(int(start), int(size)).combine_chunks()
+                        (batch,) = part.to_batches()  # one chunk after combine_chunks
+                        out.write_batch(batch)
+                        key = scatter_key(SPLITS[split], bucket)
+                        counts[key] += int(size)
+                        ends.append((key, sink.tell()))
+                del table, keyed
         with parts.part("write"):
-            options = pa.ipc.IpcWriteOptions(compression="lz4", use_threads=READ_THREADS)
-            with (
-                pa.OSFile(str(tmp / SCATTER_FILE), "wb") as sink,
-                pa.ipc.new_file(sink, keyed.schema, options=options) as out,
-            ):
-                for group, start, size in zip(present, starts, sizes, strict=True):
-                    split, bucket = divmod(int(group), task.n_buckets)
-                    part = keyed.slice(int(start), int(size)).combine_chunks()
-                    (batch,) = part.to_batches()  # one chunk after combine_chunks
-                    out.write_batch(batch)
-                    key = scatter_key(SPLITS[split], bucket)
-                    counts[key], ends[key] = int(size), sink.tell()
             schema, pieces = _message_ranges(tmp / SCATTER_FILE, ends)
         with parts.part("commit"):
             (tmp / SCATTER_MANIFEST).write_text(
@@ -601,12 +650,10 @@ def run_scatter(task: ScatterTask) -> dict[str, Any]:
                     {
                         "input_fingerprint": task.input_fingerprint,
                         "checksum": file_checksum(tmp / SCATTER_FILE),
-                        "counts": counts,
+                        "counts": dict(counts),
                         "schema": schema,
                         "pieces": pieces,
-                        "lengths": {
-                            str(n): int(d) for n, d in zip(lengths, documents, strict=True)
-                        },
+                        "lengths": {str(n): d for n, d in sorted(lengths.items())},
                     }
                 )
             )
@@ -618,10 +665,33 @@ def run_scatter(task: ScatterTask) -> dict[str, Any]:
         raise
     return {
         "shard": task.key,
-        "rows": table.num_rows,
+        "rows": rows,
         "seconds": time.perf_counter() - started,
         "parts": parts.as_dict(),
     }
+
+
+def _scatter_order(
+    table: pa.Table, task: ScatterTask
+) -> tuple[pa.Table, np.ndarray, np.ndarray, np.ndarray, dict[int, int]]:
+    """One chunk of a shard with its shuffle keys, ordered by (split, bucket) group (a stable
+    sort keeps each group in input order), the groups present with their starts and sizes, and
+    the chunk's documents per token count (the asset's length histogram, summed by the driver:
+    no second read of the corpus)."""
+    doc_ids = table[DOC_ID].to_pylist()
+    lengths, documents = np.unique(
+        pc.list_value_length(table[INPUT_IDS]).to_numpy(zero_copy_only=False),
+        return_counts=True,
+    )
+    keys = shuffle_keys(doc_ids, task.spec.seed)
+    validation = assign_splits(doc_ids, task.spec.seed, task.spec.validation_fraction)
+    # Group number: split-major, then bucket.
+    groups = validation.astype(np.int64) * task.n_buckets + assign_buckets(keys, task.n_buckets)
+    order = np.argsort(groups, kind="stable")
+    keyed = table.append_column("shuffle_key", pa.array(keys, pa.uint64())).take(order)
+    present, starts, sizes = np.unique(groups[order], return_index=True, return_counts=True)
+    histogram = {int(n): int(d) for n, d in zip(lengths, documents, strict=True)}
+    return keyed, present, starts, sizes, histogram
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ from llm_assets.tasks import (
     read_scatter_bucket,
     read_scatter_manifest,
     read_scatter_pieces,
+    row_group_batches,
     run_map,
     run_scatter,
     scatter_done,
@@ -184,6 +185,7 @@ def test_scatter_pieces_are_the_ipc_files_batches_and_a_short_file_is_an_error(t
     assert whole.num_record_batches == len(pieces) > N_BUCKETS  # both splits
     for index, key in enumerate(read_scatter_manifest(out)["pieces"]):  # in write order
         expected = pa.Table.from_batches([whole.get_batch(index)])
+        assert len(pieces[key]) == 1  # one chunk: a shard of ordinary size
         assert read_scatter_pieces(pieces[key]).equals(expected)
 
     size = (out / SCATTER_FILE).stat().st_size
@@ -233,3 +235,50 @@ def test_a_stage_reads_wide_rows_in_batches_bounded_by_bytes(tmp_path, monkeypat
     stats = run_map(task)
     assert stats.rows_out == rows
     assert sum(_SEEN_BATCHES) == rows and max(_SEEN_BATCHES) <= 64 * 1024 // 10_000
+
+
+def test_a_large_shard_is_scattered_chunk_by_chunk_with_the_same_buckets(tmp_path, monkeypatch):
+    """A shard over ``SCATTER_CHUNK_BYTES`` is scattered a few row groups at a time (before: read
+    whole, so one big input file, one shard at every stage, took a worker to 931 MB). Every
+    (split, bucket) then has a batch per chunk, and holds the same documents, with the same
+    manifest counts and length histogram, as a scatter of the whole shard."""
+    from llm_assets import tasks
+
+    docs = {f"doc-{i:05d}": list(range(i % 9 + 1)) for i in range(900)}
+    table = pa.table(
+        {
+            DOC_ID: pa.array(list(docs)),
+            INPUT_IDS: pa.array(list(docs.values()), pa.list_(pa.uint16())),
+            TEXT: pa.array(["x" * 50] * len(docs)),
+        }
+    )
+    pq.write_table(table, tmp_path / "in.parquet", row_group_size=100)
+    whole, chunked = tmp_path / "whole", tmp_path / "chunked"
+    run_scatter(ScatterTask("s", str(tmp_path / "in.parquet"), str(whole), "fp", SPEC, N_BUCKETS))
+    monkeypatch.setattr(tasks, "SCATTER_CHUNK_BYTES", 1)  # one row group per chunk
+    stats = run_scatter(
+        ScatterTask("s", str(tmp_path / "in.parquet"), str(chunked), "fp", SPEC, N_BUCKETS)
+    )
+    assert stats["rows"] == 900 and scatter_done(chunked, "fp")
+    one, many = read_scatter_manifest(whole), read_scatter_manifest(chunked)
+    assert one["counts"] == many["counts"] and one["lengths"] == many["lengths"]
+    assert all(len(ranges) == 1 for ranges in one["pieces"].values())
+    assert max(len(ranges) for ranges in many["pieces"].values()) == 9  # 9 row groups
+    for split in SPLITS:
+        for bucket in range(N_BUCKETS):
+            a = read_scatter_bucket([str(whole)], split, bucket)
+            b = read_scatter_bucket([str(chunked)], split, bucket)
+            assert (a is None) == (b is None)
+            if a is not None:
+                assert a.sort_by(DOC_ID).equals(b.sort_by(DOC_ID))
+
+
+def test_row_group_batches_are_the_files_rows_in_order(tmp_path):
+    """Read one row group at a time (pyarrow's iter_batches over a whole file holds buffers that
+    grow with the file): the same rows, in order, in batches of at most the size asked."""
+    table = pa.table({"n": pa.array(range(1000)), "s": pa.array([str(i) for i in range(1000)])})
+    pq.write_table(table, tmp_path / "t.parquet", row_group_size=300)
+    with pq.ParquetFile(tmp_path / "t.parquet") as source:
+        batches = list(row_group_batches(source, 128, ["n"]))
+    assert max(b.num_rows for b in batches) <= 128
+    assert pa.Table.from_batches(batches).column("n").to_pylist() == list(range(1000))

@@ -1029,9 +1029,12 @@ def _read_parquet(path: str, source_file: str, spec: IngestSpec) -> Iterator[Sta
         rows_read = 0
         try:
             batch_size = parquet_batch_rows(parquet.metadata, spec.batch_rows, spec.batch_bytes)
-            for record_batch in parquet.iter_batches(batch_size=batch_size):
-                yield _parquet_result(record_batch, rows_read, source_file, spec.text_field)
-                rows_read += record_batch.num_rows
+            # One row group at a time: iter_batches over the whole file keeps buffers that grow
+            # with the file (see llm_assets.tasks.row_group_batches).
+            for group in range(parquet.metadata.num_row_groups):
+                for record_batch in parquet.iter_batches(batch_size=batch_size, row_groups=[group]):
+                    yield _parquet_result(record_batch, rows_read, source_file, spec.text_field)
+                    rows_read += record_batch.num_rows
             return
         except _PARQUET_ERRORS:
             pass
