@@ -161,7 +161,8 @@ def _read_cursor(cursor: str | None) -> dict[str, Any]:
     request while its run is not known to have succeeded: its key, the change's digest and the
     ``base`` folder state its changes are relative to) and ``failed`` (the change whose run
     failed: digest, run id and status, failures, when the last one ended). Cursors of earlier
-    formats (the files alone, or files and runs) read as no pending run."""
+    formats (the files alone, or files and runs) read as no pending run, ``legacy`` True: the
+    sensor then looks up their last request (:func:`_legacy_request`)."""
     state: dict[str, Any] = json.loads(cursor) if cursor else {}
     if not isinstance(state.get("files"), dict):
         state = {"files": state}
@@ -170,7 +171,29 @@ def _read_cursor(cursor: str | None) -> dict[str, Any]:
         "runs": int(state.get("runs", 0)),
         "pending": state.get("pending"),
         "failed": state.get("failed"),
+        "legacy": bool(cursor) and "pending" not in state,
     }
+
+
+def _legacy_request(
+    instance: dg.DagsterInstance, sensor_name: str, runs: int
+) -> dict[str, Any] | None:
+    """The last request of a sensor whose cursor is of a release before failed runs were
+    retried (files and runs only, moved on at each request): its run key is ``{runs}-{digest}``.
+    Returned as pending, relative to an empty folder (``base``), so that if its run failed the
+    whole folder is requested again after the retry delay (finished shards are reused): before,
+    a run that failed under the old release was never retried after an upgrade, and the skip
+    reason said there was nothing new. None when no such run is found."""
+    if runs < 1:
+        return None
+    records = instance.get_run_records(
+        filters=dg.RunsFilter(tags={SENSOR_NAME_TAG: sensor_name}), limit=50
+    )
+    for record in records:  # newest first
+        key = record.dagster_run.tags.get(RUN_KEY_TAG, "")
+        if key.startswith(f"{runs}-"):
+            return {"key": key, "digest": key.split("-", 1)[1], "base": {}}
+    return None
 
 
 def _sensor_run_outcome(
@@ -227,6 +250,8 @@ def build_input_folder_sensor(
         except StageInputError as err:
             return dg.SkipReason(f"input folder not usable: {err}")
         state = _read_cursor(context.cursor)
+        if state.pop("legacy"):
+            state["pending"] = _legacy_request(context.instance, name, state["runs"])
         pending, failed = state["pending"], state["failed"]
         before = state["files"]
         if pending:

@@ -175,6 +175,37 @@ def test_a_change_whose_run_failed_is_requested_again(tmp_path, monkeypatch):
     assert isinstance(evaluate(settled.cursor), dg.SkipReason)
 
 
+@pytest.mark.parametrize("outcome", ["failed", "succeeded"])
+def test_a_cursor_of_an_earlier_release_keeps_its_failed_run(tmp_path, monkeypatch, outcome):
+    """A cursor of a release before failed runs were retried (files and runs; it moved on at
+    each request) whose last run failed: after the upgrade the folder is requested again once
+    the retry delay is over (before: "no new, changed or deleted files", the failed change lost
+    for good). Had that run succeeded, nothing is requested."""
+    _, instance, sensor, evaluate = _watched_sample(tmp_path)
+    first = evaluate(None)
+    (request,) = first.run_requests
+    root = tmp_path / "warehouse" if outcome == "succeeded" else tmp_path / "file"
+    if outcome == "failed":
+        root.write_text("a warehouse root that is a file: every stage fails\n")
+    assert _run(request, root, instance, sensor).success == (outcome == "succeeded")
+    state = json.loads(first.cursor)
+    old_cursor = json.dumps({"files": state["files"], "runs": state["runs"]}, sort_keys=True)
+
+    after = evaluate(old_cursor)
+    assert not getattr(after, "run_requests", None)
+    skip = after if isinstance(after, dg.SkipReason) else after.skip_reason
+    if outcome == "succeeded":
+        assert "no new, changed or deleted" in skip.skip_message
+        return
+    assert "ended FAILURE" in skip.skip_message
+    monkeypatch.setattr(automation, "RETRY_AFTER_SECONDS", 0.0)
+    (retry,) = evaluate(after.cursor).run_requests
+    assert retry.run_key.startswith("2-") and retry.tags["llm_assets/changed_files"] == str(
+        len(state["files"])
+    )
+    assert _run(retry, tmp_path / "warehouse", instance, sensor).success
+
+
 @pytest.mark.parametrize("seen", ["none", "tick", "retry"])
 def test_a_successful_reexecution_settles_a_failed_change(tmp_path, monkeypatch, seen):
     """Re-executing a failed sensor run (it keeps the run key) and succeeding counts: the change
