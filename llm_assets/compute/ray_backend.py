@@ -70,18 +70,136 @@ shards the driver runs meanwhile leave over. It applies to the GCS, the raylet a
 Ray already runs its workers 15 nicer than the raylet (``worker_niceness``), so they end at 19."""
 
 
-def _call(fn: Callable[[Any], Any], task: Any) -> Any:
-    """The remote function: one shard task in a Ray worker.
+CLUSTER_CHECK_S = 5.0
+"""On a cluster, how long ``ray.wait`` may return nothing before the backend checks that the
+cluster still answers (:meth:`RayBackend._check_cluster`). Ray itself notices a stopped cluster
+only after 60 s of reconnecting at full CPU, and then ends the whole process."""
 
-    Unlike a multiprocess worker, a Ray worker keeps the memory a shard freed (Arrow's pool and
-    glibc hold it) for the next shard instead of handing it back to the OS after each one: the
-    next shard then reuses those pages instead of faulting in fresh zeroed ones. Ray's memory
-    budget has the room (peak 920-980 MB over all processes at 200K-1M rows on 2 cores, target
-    1.5 GB, against 860-880 MB with the give-back); the multiprocess backend's 600 MB does not.
-    Still bounded: a worker's heap is its largest shard's, whatever the corpus size. 200K rows,
-    alternating: 6.64-7.09 s instead of 7.14-7.62 s (4 pairs, each faster); 1M: 25.4 s, 26.7 s.
+# What the shard wrapper returns, with the shard's result, its error or the node's mismatch.
+_DONE, _RAISED, _OTHER_CODE = 0, 1, 2
+
+
+def _make_shard_call() -> tuple[Callable[..., tuple[int, Any]], Callable[[Any], str]]:
+    """Build the remote function that runs one shard task in a Ray worker, and the function
+    that computes a package's code identity.
+
+    Both are nested functions on purpose: cloudpickle then ships their *code* to the worker
+    (a module-level function it ships by name, and the worker runs its own installed copy). So
+    the check below runs on a node whose llm_assets is older or newer than the driver's, even
+    one that predates the check, and before anything of llm_assets is unpickled there (the
+    shard function and task travel as bytes, loaded after the check).
     """
-    return fn(task)
+
+    def identity_of(package: Any) -> str:
+        """SHA-256 over what a wheel of the package holds: its ``.py`` files and its ``.txt``
+        data (``lib/flagged_words_en.txt``, read by the flagged-words filter), in sorted
+        relative-path order, each as path, length and bytes. Not other files an editable
+        checkout may hold (editor backups, ``__pycache__``)."""
+        import hashlib
+        import os
+
+        file = getattr(package, "__file__", None)
+        root = os.path.dirname(file) if file else next(iter(package.__path__))
+        paths = []
+        for folder, dirs, files in os.walk(root):
+            dirs[:] = [d for d in dirs if d != "__pycache__"]
+            paths += [os.path.join(folder, f) for f in files if f.endswith((".py", ".txt"))]
+        digest = hashlib.sha256()
+        for relative in sorted(os.path.relpath(p, root).replace(os.sep, "/") for p in paths):
+            with open(os.path.join(root, relative), "rb") as handle:
+                data = handle.read()
+            digest.update(relative.encode() + b"\0" + len(data).to_bytes(8, "big") + data)
+        return digest.hexdigest()
+
+    def other_code(expected: str) -> str | None:
+        """None if this worker's llm_assets has the driver's identity ``expected``, else why not.
+
+        The worker's identity is computed once per worker process (kept on the package module)."""
+        import socket
+
+        try:
+            import ray
+
+            node = f"node {ray.get_runtime_context().get_node_id()} ({socket.gethostname()})"
+        except Exception:
+            node = f"node {socket.gethostname()}"
+        try:
+            import llm_assets as package
+        except Exception as exc:
+            return (
+                f"llm_assets cannot be imported on Ray {node} ({type(exc).__name__}: {exc}); "
+                "install the same llm_assets version as the driver's on every node of the Ray "
+                "cluster"
+            )
+        mine = getattr(package, "_ray_code_identity", None)
+        if mine is None:
+            mine = identity_of(package)
+            package._ray_code_identity = mine
+        if mine == expected:
+            return None
+        where = getattr(package, "__file__", None) or next(iter(package.__path__))
+        return (
+            f"Ray {node} runs other llm_assets code than this run's driver: its package at "
+            f"{where} has code identity {mine[:16]}, the driver's is {expected[:16]} (SHA-256 "
+            "over the package's files). Its shards would be computed with that code but "
+            "recorded under the driver's code version, and reused by later runs; nothing was "
+            "computed there. Install the same llm_assets version on every node of the Ray "
+            "cluster (and the driver), then run again"
+        )
+
+    def call(payload: bytes, expected: str | None) -> tuple[int, Any]:
+        """One shard task in a Ray worker: ``(_DONE, result)``, ``(_RAISED, error)`` if the
+        task raised (the driver retries it, logging the attempt), or ``(_OTHER_CODE, why)`` if
+        this node's llm_assets is not the driver's (``expected``; None: not checked, for a local
+        Ray, whose workers run this machine's installed package).
+
+        Unlike a multiprocess worker, a Ray worker keeps the memory a shard freed (Arrow's pool
+        and glibc hold it) for the next shard instead of handing it back to the OS after each
+        one: the next shard then reuses those pages instead of faulting in fresh zeroed ones.
+        Ray's memory budget has the room (peak 920-980 MB over all processes at 200K-1M rows on
+        2 cores, target 1.5 GB, against 860-880 MB with the give-back); the multiprocess
+        backend's 600 MB does not. Still bounded: a worker's heap is its largest shard's,
+        whatever the corpus size. 200K rows, alternating: 6.64-7.09 s instead of 7.14-7.62 s (4
+        pairs, each faster); 1M: 25.4 s, 26.7 s.
+        """
+        import pickle
+        import traceback
+
+        if expected is not None:
+            why = other_code(expected)
+            if why is not None:
+                return 2, why  # _OTHER_CODE
+        try:
+            fn, task = pickle.loads(payload)
+            return 0, fn(task)  # _DONE
+        except Exception as exc:
+            frames = traceback.extract_tb(exc.__traceback__)
+            where = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+            return 1, f"{type(exc).__name__}: {exc}{where}"  # _RAISED
+
+    return call, identity_of
+
+
+_shard_call, _identity_of = _make_shard_call()
+
+
+@functools.cache
+def code_identity() -> str:
+    """This process's llm_assets code identity (see :func:`_make_shard_call`), computed once."""
+    import llm_assets
+
+    return _identity_of(llm_assets)
+
+
+class RayCodeMismatchError(RuntimeError):
+    """A node of the Ray cluster runs another llm_assets than the driver (or none)."""
+
+
+_RETRIED_RAY_ERRORS = ("WorkerCrashedError", "NodeDiedError", "OutOfMemoryError", "RayTaskError")
+"""The Ray errors (in ``ray.exceptions``) that end one attempt: the worker or its node died
+(e.g. killed for memory), or the wrapper itself raised. The driver tries the shard again, up to
+``max_attempts``. Any other Ray error (the driver's own raylet died, the task was cancelled, its
+runtime environment failed) is final: Ray would not have retried it either."""
 
 
 @contextlib.contextmanager
@@ -290,8 +408,65 @@ def probe_cluster_address(address: str, timeout_s: float = PROBE_TIMEOUT_S) -> N
         )
 
 
+def _auth_message(address: str) -> str:
+    if os.environ.get("RAY_AUTH_MODE", "").lower() == "token":
+        return (
+            f"the Ray cluster at {address} refused this run's authentication token: the token "
+            "this process has (RAY_AUTH_TOKEN, else the file RAY_AUTH_TOKEN_PATH names, else "
+            "~/.ray/auth_token) is missing or is not the cluster's; give it the token of the "
+            "cluster's head node (`ray get-auth-token` there prints it)"
+        )
+    return (
+        f"the Ray cluster at {address} requires token authentication: set RAY_AUTH_MODE=token "
+        "in the run's environment, with the cluster's token in ~/.ray/auth_token, the file "
+        "RAY_AUTH_TOKEN_PATH names, or RAY_AUTH_TOKEN (`ray get-auth-token` on the head node "
+        "prints it; `ray start` turns token authentication on when the head has a token, e.g. "
+        "~/.ray/auth_token, unless RAY_AUTH_MODE=disabled)"
+    )
+
+
+def _is_auth_error(exc: BaseException) -> bool:
+    """Whether Ray's connection error comes from a refused token (Ray formats the
+    ``AuthenticationError`` into a RuntimeError's text, so the class is not always there)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if type(current).__name__ == "AuthenticationError" or any(
+            marker in str(current) for marker in ("InvalidAuthToken", "AuthenticationError")
+        ):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def check_cluster_authentication(address: str) -> None:
+    """Fail at once, saying what to set, if the GCS at ``address`` (``host:port``) refuses this
+    process's authentication. ``ray.init`` would retry for ~20 s, logging a warning a second,
+    then raise a bare ``ConnectionError``. One GCS client call (~10 ms); any other error is left
+    to ``ray.init``, and so are ``ray://`` addresses."""
+    host, sep, port_text = address.rpartition(":")
+    if address.startswith("ray://") or not sep or not host or not port_text.isdigit():
+        return
+    try:
+        from ray._raylet import GcsClient
+        from ray.exceptions import AuthenticationError
+    except ImportError:
+        return
+    try:
+        GcsClient(address=address)
+    except AuthenticationError as exc:
+        raise RayClusterError(_auth_message(address)) from exc
+    except Exception:
+        return
+
+
 class RayBackend(ComputeBackend):
-    """Ray tasks with Ray's own retries (worker death and exceptions) and a per-task timeout."""
+    """Ray tasks with a per-task timeout, retried by the driver (not by Ray, so that every
+    failed attempt is counted and logged): a task that raised, whose worker or node died, or
+    that timed out runs again, up to ``max_attempts`` in all. On a cluster, each task first
+    checks that its node runs the driver's llm_assets (:func:`_make_shard_call`), and a cluster
+    that stops answering fails the run within seconds (:meth:`_check_cluster`)."""
 
     name = "ray"
 
@@ -318,14 +493,13 @@ class RayBackend(ComputeBackend):
         self._release = threading.Event()  # the starting thread may end: Ray is stopped
         self._start_began = 0.0
         self._start_error: BaseException | None = None
+        self._cluster_cpus = 0
+        """The cluster's CPUs, read once after connecting: ``ray.cluster_resources()`` on a
+        cluster that has stopped blocks, then aborts the process."""
 
     @property
     def parallelism(self) -> int:
-        if self._remote is not None:
-            import ray
-
-            return max(1, int(ray.cluster_resources().get("CPU", 0)))
-        return self.num_cpus
+        return self._cluster_cpus or self.num_cpus
 
     def _ensure_started(self) -> Any:
         if self._remote is not None:
@@ -336,9 +510,8 @@ class RayBackend(ComputeBackend):
             self._start()
         import ray
 
-        self._remote = ray.remote(
-            num_cpus=1, max_retries=self.max_attempts - 1, retry_exceptions=True
-        )(_call)
+        # No retries by Ray: the driver retries (see run), so it counts and logs every attempt.
+        self._remote = ray.remote(num_cpus=1, max_retries=0, retry_exceptions=False)(_shard_call)
         return self._remote
 
     def _start(self) -> None:
@@ -352,11 +525,17 @@ class RayBackend(ComputeBackend):
         if self.address:
             self.log.info(f"connecting to the Ray cluster at {self.address}")
             probe_cluster_address(self.address)
-            ray.init(
-                address=self.address,
-                runtime_env={"env_vars": WORKER_ENV},
-                logging_level="WARNING",
-            )
+            check_cluster_authentication(self.address)
+            try:
+                ray.init(
+                    address=self.address,
+                    runtime_env={"env_vars": WORKER_ENV},
+                    logging_level="WARNING",
+                )
+            except ConnectionError as exc:
+                if _is_auth_error(exc):
+                    raise RayClusterError(_auth_message(self.address)) from exc
+                raise
             cpus = ray.cluster_resources().get("CPU", 0)
             if cpus < 1:
                 resources = ray.cluster_resources()
@@ -366,6 +545,7 @@ class RayBackend(ComputeBackend):
                     f"{resources}): no shard task could ever be scheduled; give its nodes CPUs "
                     "(ray start --num-cpus N) or leave ray_address empty for a local Ray"
                 )
+            self._cluster_cpus = int(cpus)
         else:
             self.log.info(f"starting a local Ray with {self.num_cpus} CPU(s)")
             self._start_local()
@@ -507,15 +687,18 @@ class RayBackend(ComputeBackend):
         on_result: OnResult | None = None,
     ) -> list[R]:
         import ray
-        from ray.exceptions import GetTimeoutError, RayError
+        from ray import cloudpickle
+        from ray.exceptions import RayError
 
         if not tasks:
             return []
+        if self._remote is not None and self.address:
+            self._check_cluster()  # stopped since the last stage? Ray would hang, then abort
         results: dict[int, R] = {}
         if self._can_work_while_starting():
             self._begin_background_start(getattr(fn, "__module__", None) or __name__)
-        # Attempts each shard has used outside Ray's own retries: one in this process while Ray
-        # started, if it raised there; each attempt that timed out.
+        # Attempts each shard has used: one in this process while Ray started, if it raised
+        # there; each attempt in Ray that raised, died or timed out.
         used = [0] * len(tasks)
         errors = [""] * len(tasks)
         if self._remote is None and self._starter is not None:
@@ -523,7 +706,11 @@ class RayBackend(ComputeBackend):
             if len(results) == len(tasks):
                 return [results[i] for i in range(len(tasks))]
         remote = self._ensure_started()
+        # Nodes of a cluster may run another llm_assets: each task checks its node's against
+        # this one (a local Ray's workers run this machine's installed package: not checked).
+        expected = code_identity() if self.address else None
         slots = max(1, self.parallelism)
+        retried = tuple(getattr(ray.exceptions, name) for name in _RETRIED_RAY_ERRORS)
         # Two tasks per CPU in flight: a worker that finishes a shard starts the next one at once
         # instead of waiting for the driver to see the result, run ``on_result`` and submit. More
         # would only hold references. Ray runs a node's tasks in submission order, so the clock
@@ -532,34 +719,66 @@ class RayBackend(ComputeBackend):
         in_flight: dict[Any, int] = {}
         running_since: dict[Any, float] = {}
         waiting: deque[Any] = deque()
+        last_news = time.monotonic()
+
+        def attempt_failed(index: int, error: str) -> None:
+            """Count a failed attempt of shard ``index``: retry it, or fail the run."""
+            used[index] += 1
+            errors[index] = error
+            key = task_key(tasks[index])
+            if used[index] >= self.max_attempts:
+                self._cancel(in_flight)
+                raise ShardTaskFailed(key, used[index], error)
+            self.log.warning(
+                f"shard {key}: attempt {used[index]} of {self.max_attempts} failed ({error}); "
+                "retrying"
+            )
+            queue.appendleft(index)
+
         while queue or in_flight:
             while queue and len(in_flight) < 2 * slots:
                 index = queue.popleft()
-                retries = self.max_attempts - used[index] - 1  # Ray's retries: what is left
-                if retries < 0:
-                    self._cancel(in_flight)
-                    raise ShardTaskFailed(task_key(tasks[index]), used[index], errors[index])
-                ref = remote.options(max_retries=retries).remote(fn, tasks[index])
+                payload = cloudpickle.dumps((fn, tasks[index]))
+                ref = remote.remote(payload, expected)
                 in_flight[ref] = index
                 waiting.append(ref)
             now = time.monotonic()
             while waiting and len(running_since) < slots:
                 running_since[waiting.popleft()] = now
             done, _ = ray.wait(list(in_flight), num_returns=1, timeout=0.5)
+            if done:
+                last_news = time.monotonic()
+            elif self.address and time.monotonic() - last_news >= CLUSTER_CHECK_S:
+                self._check_cluster()
+                last_news = time.monotonic()
             for ref in done:
                 index = in_flight.pop(ref)
                 if running_since.pop(ref, None) is None:
                     waiting.remove(ref)
                 try:
-                    results[index] = ray.get(ref)
-                except (RayError, GetTimeoutError) as exc:
-                    self._cancel(in_flight)
+                    status, value = ray.get(ref)
+                except RayError as exc:
+                    if self.address:  # a node or raylet that died: is it the whole cluster?
+                        self._check_cluster()
                     cause = getattr(exc, "cause", None) or exc
                     error = f"{type(cause).__name__}: {cause}"
-                    # Ray made every attempt left to it: max_attempts in all.
-                    raise ShardTaskFailed(task_key(tasks[index]), self.max_attempts, error) from exc
+                    if isinstance(exc, retried):
+                        attempt_failed(index, error)
+                        continue
+                    self._cancel(in_flight)
+                    used[index] += 1
+                    raise ShardTaskFailed(
+                        task_key(tasks[index]), used[index], f"Ray gave up, no retry: {error}"
+                    ) from exc
+                if status == _OTHER_CODE:
+                    self._cancel(in_flight)
+                    raise RayCodeMismatchError(f"shard {task_key(tasks[index])}: {value}")
+                if status == _RAISED:
+                    attempt_failed(index, value)
+                    continue
+                results[index] = value
                 if on_result is not None:
-                    on_result(index, results[index])
+                    on_result(index, value)
             if self.task_timeout_s is not None:
                 now = time.monotonic()
                 late = [
@@ -569,17 +788,21 @@ class RayBackend(ComputeBackend):
                     index = in_flight.pop(ref)
                     del running_since[ref]
                     ray.cancel(ref, force=True)  # kills the worker running it
-                    used[index] += 1
-                    key = task_key(tasks[index])
-                    errors[index] = f"timed out after {self.task_timeout_s:g} s"
-                    if used[index] >= self.max_attempts:
-                        self._cancel(in_flight)
-                        raise ShardTaskFailed(key, used[index], errors[index])
-                    self.log.warning(
-                        f"shard {key}: attempt {used[index]} {errors[index]}; retrying"
-                    )
-                    queue.appendleft(index)
+                    attempt_failed(index, f"timed out after {self.task_timeout_s:g} s")
         return [results[i] for i in range(len(tasks))]
+
+    def _check_cluster(self) -> None:
+        """Raise :class:`RayClusterError` unless the cluster at ``self.address`` still answers
+        (:func:`probe_cluster_address`: a connect and one gRPC frame, ~1 ms)."""
+        try:
+            probe_cluster_address(self.address or "")
+        except RayClusterError as exc:
+            reason = exc.__cause__ or exc
+            raise RayClusterError(
+                f"the Ray cluster at {self.address} stopped answering "
+                f"({getattr(reason, 'strerror', None) or reason}); shards already finished are "
+                "kept: start the cluster again and rerun"
+            ) from exc
 
     @staticmethod
     def _cancel(in_flight: dict[Any, int]) -> None:
@@ -615,6 +838,7 @@ class RayBackend(ComputeBackend):
                 _stop_node(self._node)
                 self._node = None
             self._started_here = False
+            self._cluster_cpus = 0
             atexit.unregister(self.close)
         if self._starter is not None:
             self._release.set()

@@ -8,15 +8,28 @@ worker can import them.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
+import shutil
+import subprocess
+import sys
+import tempfile
 import time
+from collections.abc import Iterator
+from pathlib import Path
 
 import psutil
 import pytest
 
 from llm_assets.compute.base import ShardTaskFailed
-from llm_assets.compute.ray_backend import BACKGROUND_NICE, CONNECT_RETRY, WORKER_ENV, RayBackend
+from llm_assets.compute.ray_backend import (
+    BACKGROUND_NICE,
+    CLUSTER_CHECK_S,
+    CONNECT_RETRY,
+    WORKER_ENV,
+    RayBackend,
+)
 from llm_assets.compute.testing import ProbeTask, run_probe
 
 pytestmark = pytest.mark.slow
@@ -312,3 +325,228 @@ def test_a_cluster_without_cpus_is_refused_naming_it():
         assert not ray_is_initialized()
     finally:
         cluster.shutdown()
+
+
+# --- Clusters started with `ray start`, as a user's would be ----------------------------------
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _stop_processes_mentioning(*marks: str) -> None:
+    """Stop the processes whose command line mentions one of ``marks`` (this test's cluster
+    only: its temp dir, its address), and their children. Never ``ray stop``: that stops every
+    Ray on the machine."""
+    found: dict[int, psutil.Process] = {}
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        try:
+            if proc.pid != os.getpid() and any(
+                mark in arg for arg in (proc.info["cmdline"] or []) for mark in marks
+            ):
+                found[proc.pid] = proc
+                found.update((c.pid, c) for c in proc.children(recursive=True))
+        except psutil.Error:
+            pass
+    for proc in found.values():
+        with contextlib.suppress(psutil.Error):
+            proc.terminate()
+    _, alive = psutil.wait_procs(list(found.values()), timeout=5)
+    for proc in alive:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+
+
+@contextlib.contextmanager
+def _ray_start_cluster(env: dict[str, str], cwd: str) -> Iterator[tuple[str, str]]:
+    """A one-CPU head node started by ``ray start`` with ``env`` added to its environment
+    (which its workers inherit); yields its address and the marks that stop it."""
+    temp = tempfile.mkdtemp(prefix="llmray-", dir="/tmp")  # short: Ray's socket paths
+    port = _free_port()
+    address = f"127.0.0.1:{port}"
+    command = [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--num-cpus", "1"]
+    command += ["--port", str(port), "--node-ip-address", "127.0.0.1", "--temp-dir", temp]
+    command += ["--include-dashboard", "false", "--disable-usage-stats"]
+    for option in ("--ray-client-server-port", "--dashboard-port", "--dashboard-agent-listen-port"):
+        command += [option, str(_free_port())]  # not the fixed defaults another Ray may hold
+    marks = (temp, f"--address={address}")
+    try:
+        subprocess.run(
+            command,
+            env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0", **env},
+            cwd=cwd,
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
+        yield address, marks
+    finally:
+        _stop_processes_mentioning(*marks)
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def test_a_node_running_other_llm_assets_code_computes_nothing_and_is_named(tmp_path, monkeypatch):
+    """Before, a node whose llm_assets was not upgraded ran the shards with its own code, and
+    the driver recorded them under its code version: wrong data, reused by every later run. The
+    node here sees an edited copy whose ray_backend is an older release's (no check of its own):
+    the check travels with the driver's task."""
+    import llm_assets
+    from llm_assets.compute.ray_backend import RayCodeMismatchError, code_identity
+
+    stale = tmp_path / "stale"
+    shutil.copytree(
+        Path(llm_assets.__file__).parent,
+        stale / "llm_assets",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
+    with (stale / "llm_assets" / "lib" / "normalize.py").open("a") as handle:
+        handle.write("\n# changed on this node only\n")
+    older = '"""An older release: its wrapper, no check."""\n\n\ndef _call(fn, task):\n'
+    older += "    return fn(task)\n"
+    (stale / "llm_assets" / "compute" / "ray_backend.py").write_text(older)
+    marks_dir = tmp_path / "marks"
+    marks_dir.mkdir()
+    # Ray puts the driver's working directory first on its workers' path: not /work/main here.
+    monkeypatch.chdir(tmp_path)
+    env = {"PYTHONPATH": str(stale), "RAY_AUTH_MODE": "disabled"}
+    with _ray_start_cluster(env, cwd=str(tmp_path)) as (address, _):
+        backend = RayBackend(address=address, max_attempts=3)
+        try:
+            task = ProbeTask("p0", 2, str(marks_dir), mode="raise")  # leaves a mark if run
+            with pytest.raises(RayCodeMismatchError) as info:
+                backend.run(run_probe, [task])
+            import ray
+
+            (node,) = [n["NodeID"] for n in ray.nodes() if n["Alive"]]
+        finally:
+            backend.close()
+    message = str(info.value)
+    assert "shard p0" in message and node in message
+    assert str(stale / "llm_assets" / "__init__.py") in message
+    assert code_identity()[:16] in message
+    assert "Install the same llm_assets version on every node" in message
+    assert not list(marks_dir.iterdir()), "the shard ran on the node, or was retried"
+
+
+_DRIVER = """
+import os, sys, time
+from llm_assets.compute.ray_backend import RayBackend
+sys.path.insert(0, sys.argv[2])
+from test_ray_backend import _stop_processes_mentioning
+backend = RayBackend(address=sys.argv[1], task_timeout_s=3600)
+print("stage 1:", backend.run(os.getenv, ["HOME"]) == [os.environ["HOME"]], flush=True)
+import threading
+stopped = 0.0
+def stop():
+    global stopped
+    time.sleep(2)
+    stopped = time.monotonic()
+    _stop_processes_mentioning(*sys.argv[3:])
+    print("stopped", flush=True)
+threading.Thread(target=stop).start()
+for stage in (2, 3):  # 3: the next stage, on a cluster already gone
+    try:
+        backend.run(time.sleep, [60.0] * 2)
+    except Exception as exc:
+        print(f"stage {stage}: {time.monotonic() - stopped:.1f} s {type(exc).__name__}: {exc}")
+began = time.monotonic()
+backend.close()
+print(f"closed in {time.monotonic() - began:.1f} s", flush=True)
+"""
+
+
+def test_a_cluster_that_stops_mid_run_fails_the_run_in_seconds_naming_it(tmp_path):
+    """Before, the driver waited for its shards while Ray tried to reconnect for 60 s at full
+    CPU, then Ray ended the process: no step or run failure recorded, the backend not closed
+    (or the next stage died in ``ray.cluster_resources()``). Run in a process of its own, which
+    that abort would end, not this one."""
+    env = {"RAY_AUTH_MODE": "disabled"}
+    with _ray_start_cluster(env, cwd=str(tmp_path)) as (address, marks):
+        here = os.path.dirname(__file__)
+        try:
+            done = subprocess.run(
+                [sys.executable, "-c", _DRIVER, address, here, *marks],
+                env={**os.environ, **env},
+                cwd=str(tmp_path),
+                capture_output=True,
+                text=True,
+                timeout=45,
+            )
+        except subprocess.TimeoutExpired as exc:
+            pytest.fail(f"the driver still ran after 45 s: {exc.stdout!r}")
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert lines[0] == "stage 1: True" and "stopped" in lines, lines
+    for stage, limit in ((2, CLUSTER_CHECK_S + 6), (3, CLUSTER_CHECK_S + 8)):
+        (line,) = [ln for ln in lines if ln.startswith(f"stage {stage}: ")]
+        seconds, _, error = line.removeprefix(f"stage {stage}: ").partition(" s ")
+        assert float(seconds) < limit, line
+        assert error.startswith(f"RayClusterError: the Ray cluster at {address} stopped answering")
+    assert lines[-1].startswith("closed in"), lines
+
+
+def test_a_cluster_with_token_authentication_says_to_set_ray_auth_mode(tmp_path, monkeypatch):
+    """Before: ~20 s of Ray's InvalidAuthToken warnings, then a bare ConnectionError."""
+    from llm_assets.compute.ray_backend import RayClusterError
+
+    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+    env = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": os.urandom(16).hex()}
+    with _ray_start_cluster(env, cwd=str(tmp_path)) as (address, _):
+        began = time.monotonic()
+        with pytest.raises(RayClusterError, match="set RAY_AUTH_MODE=token") as info:
+            RayBackend(address=address).run(os.getenv, ["HOME"])
+        assert time.monotonic() - began < 5
+        assert address in str(info.value) and "ray get-auth-token" in str(info.value)
+    assert not ray_is_initialized()
+
+
+class _Log:
+    def __init__(self) -> None:
+        self.warnings: list[str] = []
+
+    def info(self, msg: str) -> None:
+        pass
+
+    def warning(self, msg: str) -> None:
+        self.warnings.append(msg)
+
+
+def test_failed_attempts_are_logged_and_a_final_ray_error_is_not_called_retried(
+    tmp_path, monkeypatch
+):
+    """Before, Ray retried a shard that raised or whose worker died without a word, and a Ray
+    error it never retries (the driver's raylet died) was reported "after max_attempts
+    attempt(s)"."""
+    import ray
+
+    log = _Log()
+    backend = RayBackend(num_cpus=2, max_attempts=3, work_while_starting=False, logger=log)
+    try:
+        flaky = ProbeTask("flaky", 2, str(tmp_path), fail_times=1, mode="raise")
+        victim = ProbeTask("victim", 3, str(tmp_path), fail_times=1, mode="kill")
+        assert [r["value"] for r in backend.run(run_probe, [flaky, victim])] == [4, 9]
+        assert len(list(tmp_path.glob("flaky.*"))) == len(list(tmp_path.glob("victim.*"))) == 2
+        (raised,) = [w for w in log.warnings if w.startswith("shard flaky:")]
+        assert "attempt 1 of 3 failed (RuntimeError: planned failure 1 of flaky at " in raised
+        (died,) = [w for w in log.warnings if w.startswith("shard victim:")]
+        assert "attempt 1 of 3 failed (WorkerCrashedError" in died
+
+        get = ray.get
+
+        def raylet_died(ref, *args, **kwargs):
+            if isinstance(ref, ray.ObjectRef):
+                raise ray.exceptions.LocalRayletDiedError()
+            return get(ref, *args, **kwargs)
+
+        monkeypatch.setattr(ray, "get", raylet_died)
+        with pytest.raises(ShardTaskFailed, match="Ray gave up, no retry: LocalRayletDied") as info:
+            backend.run(run_probe, [ProbeTask("last", 1)])
+        assert info.value.attempts == 1 and "after 1 attempt(s)" in str(info.value)
+        monkeypatch.undo()
+    finally:
+        backend.close()
+    assert not ray_is_initialized()
