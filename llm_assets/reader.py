@@ -29,6 +29,17 @@ are the same ``k * N // K`` ranges over whole batches; use ``DataLoader(ds, batc
 Datasets pickle without their open files (reopened on first use), so ``DataLoader`` workers
 started with ``spawn`` (the default on macOS and Windows) work after the dataset was used.
 
+Complete folders only: ``training_batches`` writes ``_COMPLETE.json`` (:data:`COMPLETE_MARKER`) in
+a batches folder as its last step, once every file is written and recorded, listing each batch
+file with its row count, size and checksum (and the ``megatron/`` export, if any). Given a folder,
+the reader refuses it (:class:`IncompleteBatchesError`) when the marker is missing (a run stopped
+while writing the folder, or a release from before the markers wrote it: materialize
+``training_batches`` again, which completes the folder, or marks it without recomputing when it is
+complete) or when the folder's ``part-*.parquet`` differ from the marker's list (a file missing,
+one more, or another size). That costs one small JSON read and a ``stat`` per file. Explicit file
+paths (a list, or one file) skip the check: the caller vouches for them.
+:func:`megatron_prefixes` checks the same marker for the Megatron export.
+
 One dataset is one set of batch files: every file read, and in a folder the other split's files
 too, must carry the same ``llm_assets.source_fingerprint`` (the upstream state they were computed
 from), or the reader refuses them (:class:`MixedSourcesError`). The pipeline writes each upstream
@@ -42,6 +53,7 @@ object per token.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -75,6 +87,14 @@ batches folder is empty; any other name is refused as unknown."""
 
 _PART = re.compile(r"^part-(?P<split>.+)-(?P<bucket>\d+)\.parquet$")
 
+COMPLETE_MARKER = "_COMPLETE.json"
+"""The completion marker of a batches folder (as ``llm_assets.stages.COMPLETE_MARKER``), written
+last, atomically, by the run that wrote and recorded the whole folder, and removed before a run
+changes any of its files. A JSON object: ``files`` maps each batch file's name to its ``rows``,
+``bytes`` and ``checksum``; ``megatron`` maps each split of the export to its ``prefix`` (relative
+to the folder), ``bin_bytes`` and ``idx_bytes``; also ``fingerprint`` (the folder's name) and
+``source_fingerprint``. Its name starts with ``_``, so nothing takes it for a batch file."""
+
 
 class MetadataMismatchError(ValueError):
     """A file whose schema metadata does not match what the caller expects."""
@@ -90,6 +110,112 @@ class MixedSourcesError(MetadataMismatchError):
     differ) given as one dataset: stale files of an earlier run beside the current ones, which
     would add sequences that are not in the current batches and may put a document in train and
     validation both."""
+
+
+class IncompleteBatchesError(ValueError):
+    """A batches folder that is not known to be one complete set of batch files: it has no
+    completion marker (:data:`COMPLETE_MARKER`; a run stopped while writing it, or it was written
+    by a release before the markers), or its files differ from the ones the marker lists. Reading
+    it could train on part of the data without a word."""
+
+
+_AGAIN = (
+    "Materialize training_batches again (it completes the folder, or only marks it when it is "
+    "complete), or read the current folder (the training_batches materialization's 'folder' "
+    "metadata, or current_shards in the warehouse catalog)"
+)
+
+
+def check_complete(folder: str | Path) -> dict[str, Any]:
+    """The completion marker of a batches folder, after checking that the folder's batch files
+    are exactly the ones it lists, with their sizes; :class:`IncompleteBatchesError` if there is
+    no marker or the files differ. What the datasets do for a folder (see the module docstring)."""
+    root = Path(folder)
+    return _check_marker(root, sorted(root.glob("part-*.parquet"), key=_file_order))
+
+
+def _check_marker(root: Path, every: Sequence[Path]) -> dict[str, Any]:
+    path = root / COMPLETE_MARKER
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise IncompleteBatchesError(
+            f"{root} is incomplete: it has no completion marker {COMPLETE_MARKER}, which "
+            "training_batches writes last, once every batch file of the folder is written. A run "
+            "stopped while writing it (it may hold only some of its files), or a release from "
+            f"before the markers wrote it. {_AGAIN}"
+        ) from None
+    except OSError as error:
+        raise IncompleteBatchesError(f"{path} cannot be read ({error}). {_AGAIN}") from error
+    try:
+        marker = json.loads(text)
+        listed = marker["files"]
+        sizes = {str(name): int(entry["bytes"]) for name, entry in listed.items()}
+    except (ValueError, TypeError, KeyError, AttributeError) as error:
+        raise IncompleteBatchesError(
+            f"{path} is not a completion marker of training_batches ({error!r}). {_AGAIN}"
+        ) from None
+    present = {p.name: p for p in every}
+    missing = sorted(set(sizes) - set(present), key=lambda n: _file_order(Path(n)))
+    unlisted = sorted(set(present) - set(sizes), key=lambda n: _file_order(Path(n)))
+    resized = [
+        name
+        for name, p in sorted(present.items(), key=lambda item: _file_order(item[1]))
+        if name in sizes and p.stat().st_size != sizes[name]
+    ]
+    if missing or unlisted or resized:
+        found = "; ".join(
+            f"{what}: {', '.join(names[:5])}" + (f" and {len(names) - 5} more" if names[5:] else "")
+            for what, names in (
+                ("missing", missing),
+                ("not listed", unlisted),
+                ("of another size than listed", resized),
+            )
+            if names
+        )
+        raise IncompleteBatchesError(
+            f"{root}: its batch files differ from the ones its completion marker "
+            f"{COMPLETE_MARKER} lists ({found}): it is not the complete set training_batches "
+            f"wrote. {_AGAIN}"
+        )
+    return marker
+
+
+def megatron_prefixes(folder: str | Path) -> dict[str, str]:
+    """The Megatron-LM dataset prefixes (``--data-path``) of a batches folder's ``megatron/``
+    export, by split, after checking the folder's completion marker (:func:`check_complete`) and
+    that the ``.bin`` and ``.idx`` it lists are there with their sizes: pointing Megatron-LM at
+    the files directly skips that check. :class:`IncompleteBatchesError` if they are not;
+    ``FileNotFoundError`` when the folder has no export (materialized without ``megatron``)."""
+    root = Path(folder)
+    marker = check_complete(root)
+    exports = marker.get("megatron") or {}
+    if not exports:
+        raise FileNotFoundError(
+            f"{root} has no Megatron export (its completion marker lists none): materialize "
+            "training_batches with megatron: true"
+        )
+    prefixes: dict[str, str] = {}
+    for split, entry in sorted(exports.items()):
+        try:
+            prefix = root / entry["prefix"]
+            sizes = {".bin": int(entry["bin_bytes"]), ".idx": int(entry["idx_bytes"])}
+        except (KeyError, TypeError, ValueError) as error:
+            raise IncompleteBatchesError(
+                f"{root / COMPLETE_MARKER}: its megatron entry {split!r} is not one "
+                f"training_batches writes ({error!r}). {_AGAIN}"
+            ) from None
+        for ext, listed in sizes.items():
+            path = Path(f"{prefix}{ext}")
+            size = path.stat().st_size if path.exists() else None
+            if size != listed:
+                found = "missing" if size is None else f"{size} bytes"
+                raise IncompleteBatchesError(
+                    f"{path} is not the Megatron file training_batches wrote ({found}, "
+                    f"{listed} bytes listed in {root / COMPLETE_MARKER}). {_AGAIN}"
+                )
+        prefixes[split] = str(prefix)
+    return prefixes
 
 
 def _file_order(path: Path) -> tuple[str, int, str]:
@@ -109,17 +235,30 @@ def batch_files(source: str | Path | Sequence[str | Path], split: str | None = N
     ``part-train-100000`` before ``part-train-99999``). A folder without any batch file raises
     ``FileNotFoundError``; one with batch files but none of ``split`` gives ``[]`` (an empty
     split: ``validation_fraction: 0``, or every document drawn into the other split) when
-    ``split`` is one of :data:`SPLITS`, and ``ValueError`` for another name."""
+    ``split`` is one of :data:`SPLITS`, and ``ValueError`` for another name. A folder that is not
+    marked complete, or whose files differ from its marker's list, raises
+    :class:`IncompleteBatchesError` (:func:`check_complete`). Explicit files (a list, or one
+    file's path) are returned as given, unchecked."""
+    return _resolve(source, split)[0]
+
+
+def _resolve(
+    source: str | Path | Sequence[str | Path], split: str | None
+) -> tuple[list[Path], list[Path] | None]:
+    """(the files to read, every batch file of the folder) for a folder, checked against its
+    completion marker once; (the files as given, None) for explicit files."""
     if not isinstance(source, (str, Path)):
-        return [Path(p) for p in source]
+        return [Path(p) for p in source], None
     root = Path(source)
     if root.is_file():
-        return [root]
+        return [root], None
     every = sorted(root.glob("part-*.parquet"), key=_file_order)
+    if every or (root / COMPLETE_MARKER).exists():
+        _check_marker(root, every)
     if not every:
         raise FileNotFoundError(f"no batch files (part-*.parquet) under {root}")
     if split is None:
-        return every
+        return every, every
     files = [p for p in every if _file_order(p)[0] == split]
     if not files and split not in SPLITS:
         present = sorted({_file_order(p)[0] for p in every})
@@ -127,7 +266,7 @@ def batch_files(source: str | Path | Sequence[str | Path], split: str | None = N
             f"{root} has no split {split!r}: its batch files are of {', '.join(present)} "
             f"(the pipeline writes {', '.join(SPLITS)})"
         )
-    return files
+    return files, every
 
 
 def _schema_metadata(path: Path) -> dict[str, str]:
@@ -151,18 +290,18 @@ def _check_metadata(path: Path, expected: dict[str, str | None]) -> dict[str, st
 
 
 def _check_one_source(
-    source: str | Path | Sequence[str | Path],
     files: Sequence[Path],
     metadata: Sequence[dict[str, str]],
+    folder_files: Sequence[Path] | None,
 ) -> None:
     """Refuse files of more than one upstream state (:class:`MixedSourcesError`), naming each
-    source fingerprint with its files. Given a folder, its other split's files count too: train
-    and validation of two states split the documents differently."""
+    source fingerprint with its files. Given a folder (``folder_files``, all its batch files),
+    its other split's files count too: train and validation of two states split the documents
+    differently."""
     found = {path: meta.get(SOURCE_FINGERPRINT) for path, meta in zip(files, metadata, strict=True)}
-    if isinstance(source, (str, Path)) and Path(source).is_dir():
-        for path in batch_files(source):
-            if path not in found:
-                found[path] = _schema_metadata(path).get(SOURCE_FINGERPRINT)
+    for path in folder_files or ():
+        if path not in found:
+            found[path] = _schema_metadata(path).get(SOURCE_FINGERPRINT)
     by_source: dict[str | None, list[Path]] = {}
     for path, value in sorted(found.items(), key=lambda item: _file_order(item[0])):
         by_source.setdefault(value, []).append(path)
@@ -387,7 +526,10 @@ class TokenBatchDataset(_MapBase):  # type: ignore[misc,valid-type]
     :class:`NoPreformedBatchesError`: batch their rows with ``DataLoader(batch_size=...)``.
 
     A split with no file in a folder of batch files (see :func:`batch_files`) is empty: length
-    0, ``metadata`` ``{}``; the expected metadata is then checked on the other split's files."""
+    0, ``metadata`` ``{}``; the expected metadata is then checked on the other split's files.
+
+    A folder must be marked complete by ``training_batches`` (:class:`IncompleteBatchesError`
+    otherwise; see :func:`check_complete`); a list of files is read as given."""
 
     def __init__(
         self,
@@ -413,15 +555,16 @@ class TokenBatchDataset(_MapBase):  # type: ignore[misc,valid-type]
             "seq_len": None if expected_seq_len is None else str(expected_seq_len),
             "split": split,
         }
-        files = batch_files(source, split)
+        # A folder is checked against its completion marker once, here (explicit files are not).
+        files, folder_files = _resolve(source, split)
         if not files:  # an empty split: still refuse a folder of the wrong tokenizer or layout
-            others = batch_files(source)
+            others = folder_files or []
             for path in others:
                 _check_metadata(path, {**expected, "split": None})
             if batches and others:  # and batches=True where the folder has no pre-formed batches
                 _Files(others, {**expected, "split": None}, columns).batch_starts()
         self._files = _Files(files, expected, columns)
-        _check_one_source(source, files, self._files.metadata)
+        _check_one_source(files, self._files.metadata, folder_files)
         default_rank, default_world = _default_rank()
         self.rank = default_rank if rank is None else rank
         self.world_size = default_world if world_size is None else world_size

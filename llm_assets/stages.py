@@ -1097,6 +1097,15 @@ and scatter input (``<shard>-<input fingerprint>``), shared by every batch folde
 Not a batches folder (no ``part-*.parquet``); safe to delete, it is rebuilt when missing."""
 
 
+COMPLETE_MARKER = "_COMPLETE.json"
+"""Written in a batches folder as the last step of a run that wrote and recorded all of it, and
+removed before a run changes any of its files (as ``llm_assets.reader.COMPLETE_MARKER``, which
+refuses a folder without it): so a folder a run stopped in the middle of, with only some of its
+files, is never read as a whole set. Its content (:func:`_completion_marker`) is a function of the
+folder's files, so a re-run writes the same bytes. Named with ``_`` like Spark's ``_SUCCESS``:
+no reader takes it for a batch file, and input listings skip it."""
+
+
 def shuffle_bucket_count(paths: Sequence[str], minimum: int = 1, padded_len: int = 0) -> int:
     """How many shuffle buckets the filtered shards at ``paths`` need: at least ``minimum``, and
     enough that none holds more than :data:`SHUFFLE_BUCKET_BYTES` of the columns the shuffle
@@ -1132,7 +1141,12 @@ def run_training_batches(
     function of its name. Another upstream state writes another folder (never over this one's
     files, never beside them), and coming back to this one reuses it, catalog rows included. The
     scatter files are content-addressed too (``training_batches/_scatter/<shard>-<input>/``), so
-    every batch config and upstream state shares those of the shards it has in common."""
+    every batch config and upstream state shares those of the shards it has in common.
+
+    The folder's :data:`COMPLETE_MARKER` is removed before the run writes anything into it and
+    written as its very last step (after the catalog's record), so a run stopped mid-gather leaves
+    a folder the reader refuses; a complete folder reused without its marker (an earlier release's)
+    gets it, nothing recomputed."""
     started = time.time()
     asset = TRAINING_BATCHES
     upstream = _upstream(ctx, FILTERED_DOCUMENTS)
@@ -1191,6 +1205,10 @@ def run_training_batches(
             SECONDS_BY_PART: {},
         }
     else:
+        # This run writes into the folder (its batch files, its Megatron export): it is not one
+        # complete set until the end, so its marker goes first, and comes back last.
+        if _unmark_complete(folder):
+            ctx.log.info(f"{asset}: {folder} is written again: its {COMPLETE_MARKER} removed")
         scatter_started = time.perf_counter()
         scatter_tasks = []
         scatter_dirs = []
@@ -1298,6 +1316,13 @@ def run_training_batches(
         extra=extra,
         started=started,  # every phase (and the planning), not only the gather
     )
+    # Last: written and recorded, the folder is marked complete (or left as marked, when reused).
+    if _mark_complete(folder, stage_fp, all_fp, report.shards) and done is not None:
+        ctx.log.info(
+            f"{asset}: {folder} marked complete ({COMPLETE_MARKER}): it was complete, and its "
+            "marker missing (written by a release before the markers, or a run stopped before "
+            "marking) or out of date"
+        )
     report.extra["documents"] = report.rows_in
     report.extra["sequences"] = report.rows_out
     _warn_lost_tokens(ctx, report, spec)
@@ -1390,6 +1415,81 @@ def _complete_batches(
     if megatron and not recorded.get("megatron"):
         return None
     return sorted(records, key=lambda r: _split_bucket(r.shard)), recorded
+
+
+def _completion_marker(
+    folder: Path, stage_fp: str, source_fp: str, records: Sequence[ShardRecord]
+) -> dict[str, Any]:
+    """What :data:`COMPLETE_MARKER` holds (the reader's ``COMPLETE_MARKER`` says how it is read):
+    every batch file with its rows, bytes and checksum (from the catalog's records of files
+    checked or just written), and each complete Megatron export (:func:`megatron_done`) with its
+    files' sizes. No run id or time: a re-run that writes the same files writes the same marker
+    (the catalog's materializations say which run wrote the folder)."""
+    files = {}
+    for record in records:
+        path = Path(record.path)
+        files[path.name] = {
+            "rows": record.rows_out,
+            "bytes": path.stat().st_size,
+            "checksum": record.checksum,
+        }
+    exports = {}
+    for split in SPLITS:
+        prefix = folder / "megatron" / f"{split}_text_document"
+        if megatron_done(prefix, source_fp):
+            sidecar = json.loads(Path(f"{prefix}.json").read_text())
+            exports[split] = {
+                "prefix": prefix.relative_to(folder).as_posix(),
+                "bin_bytes": Path(f"{prefix}.bin").stat().st_size,
+                "idx_bytes": Path(f"{prefix}.idx").stat().st_size,
+                "documents": sidecar.get("documents"),
+                "tokens": sidecar.get("tokens"),
+            }
+    return {
+        "format": 1,
+        "asset": TRAINING_BATCHES,
+        "fingerprint": stage_fp,
+        "source_fingerprint": source_fp,
+        "files": files,
+        "megatron": exports,
+    }
+
+
+def _mark_complete(
+    folder: Path, stage_fp: str, source_fp: str, records: Sequence[ShardRecord]
+) -> bool:
+    """Write the folder's :data:`COMPLETE_MARKER` unless it is there with this content (a reused
+    folder keeps its marker as it is); True when written. Atomic as the shards are: a temporary
+    name (:func:`temporary_path`, which ``remove_stale_temporaries`` clears after a kill), fsync,
+    rename into place."""
+    marker = _completion_marker(folder, stage_fp, source_fp, records)
+    path = folder / COMPLETE_MARKER
+    try:
+        if json.loads(path.read_text()) == marker:
+            return False
+    except (OSError, ValueError):
+        pass  # missing or unreadable: written below
+    tmp = temporary_path(path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as handle:
+            handle.write(json.dumps(marker, indent=1, sort_keys=True) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return True
+
+
+def _unmark_complete(folder: Path) -> bool:
+    """Remove the folder's :data:`COMPLETE_MARKER` (before a run writes any of its files); True
+    when there was one."""
+    try:
+        (folder / COMPLETE_MARKER).unlink()
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def _split_bucket(key: str) -> tuple[int, int]:

@@ -5,6 +5,7 @@ bucket order, empty splits are empty datasets, and mismatched metadata is refuse
 from __future__ import annotations
 
 import itertools
+import json
 
 import numpy as np
 import pyarrow as pa
@@ -19,12 +20,16 @@ from llm_assets.lib.batching import (
     pad_sequences,
 )
 from llm_assets.reader import (
+    COMPLETE_MARKER,
+    IncompleteBatchesError,
     IterableTokenBatches,
     MetadataMismatchError,
     MixedSourcesError,
     NoPreformedBatchesError,
     TokenBatchDataset,
     batch_files,
+    check_complete,
+    megatron_prefixes,
 )
 
 SEQ = 32
@@ -55,6 +60,18 @@ def _write(
         folder / f"part-{split}-{part:05d}.parquet",
         row_group_size=7,
     )
+    _mark(folder)
+
+
+def _mark(folder) -> None:
+    """The completion marker ``training_batches`` writes last (``reader.COMPLETE_MARKER``), over
+    the folder's batch files as they are now: the folders here are built by hand, file by file,
+    so each write marks the folder again (a test that changes a file by hand re-marks it)."""
+    files = {
+        p.name: {"rows": pq.read_metadata(p).num_rows, "bytes": p.stat().st_size, "checksum": ""}
+        for p in folder.glob("part-*.parquet")
+    }
+    (folder / COMPLETE_MARKER).write_text(json.dumps({"format": 1, "files": files}))
 
 
 @pytest.fixture
@@ -110,6 +127,7 @@ def test_metadata_mismatch_is_refused_naming_file_and_key(batches, tmp_path_fact
         TokenBatchDataset(batches, "train", expected_seq_len=2048)
     foreign = tmp_path_factory.mktemp("foreign")
     pq.write_table(pa.table({"input_ids": [[1, 2]]}), foreign / "part-train-00000.parquet")
+    _mark(foreign)  # marked (else refused first as incomplete): the metadata is what is checked
     with pytest.raises(MetadataMismatchError, match="not an llm_assets batch file"):
         TokenBatchDataset(foreign, "train")
     with pytest.raises(ValueError, match=rf"{foreign} has no split 'test'.*of train"):
@@ -203,6 +221,95 @@ def test_a_list_of_files_of_two_states_is_refused_with_their_paths(batches, tmp_
         TokenBatchDataset(files, "train")
 
 
+def test_a_folder_without_its_completion_marker_is_refused(batches):
+    """What a run stopped mid-gather leaves: some of the folder's batch files and no marker (it is
+    written last). Before: read without a word, as if it were the whole set (53 validation rows
+    of 105). Refused by every way of reading a folder, saying what happened and what to do;
+    the same files passed explicitly are read as given."""
+    (batches / COMPLETE_MARKER).unlink()
+    (batches / "part-train-00002.parquet").unlink()
+    message = (
+        rf"{batches} is incomplete: it has no completion marker _COMPLETE\.json.*A run stopped "
+        r"while writing it.*before the markers.*Materialize training_batches again"
+    )
+    for read in (
+        lambda: TokenBatchDataset(batches, "train"),
+        lambda: TokenBatchDataset(batches, "validation"),
+        lambda: IterableTokenBatches(batches, "train"),
+        lambda: batch_files(batches),
+        lambda: batch_files(batches, "validation"),
+        lambda: check_complete(batches),
+    ):
+        with pytest.raises(IncompleteBatchesError, match=message):
+            read()
+    files = sorted(batches.glob("part-train-*.parquet"))
+    assert len(TokenBatchDataset(files, "train")) == sum(
+        pq.read_metadata(f).num_rows for f in files
+    )
+    assert len(TokenBatchDataset(batches / "part-validation-00000.parquet", "validation")) > 0
+
+
+def test_a_folder_whose_files_differ_from_its_marker_is_refused(batches, tmp_path_factory):
+    """The marker lists the set the run wrote: a listed file gone, a file it does not list, or a
+    file of another size (cut, or replaced) is not that set, and is refused naming the files."""
+    marker = (batches / COMPLETE_MARKER).read_text()
+    (batches / "part-train-00001.parquet").unlink()
+    with pytest.raises(
+        IncompleteBatchesError,
+        match=r"differ from the ones its completion marker _COMPLETE\.json lists \(missing: "
+        r"part-train-00001\.parquet\).*Materialize training_batches again",
+    ):
+        TokenBatchDataset(batches, "validation")  # the other split's files count too
+    _write(batches, "train", 1, 25, seed=1)  # put back, and marked again
+    _write(batches, "train", 7, 3, seed=7)
+    (batches / COMPLETE_MARKER).write_text(marker)  # the marker of before the extra file
+    with pytest.raises(IncompleteBatchesError, match=r"not listed: part-train-00007\.parquet\)"):
+        TokenBatchDataset(batches, "train")
+    (batches / "part-train-00007.parquet").unlink()
+    assert len(TokenBatchDataset(batches, "train")) == len(_all_rows(batches))
+    cut = batches / "part-train-00000.parquet"
+    cut.write_bytes(cut.read_bytes()[:-10])
+    with pytest.raises(IncompleteBatchesError, match=r"another size than listed: part-train-00000"):
+        IterableTokenBatches(batches, "train")
+    (batches / COMPLETE_MARKER).write_text("{not json")
+    with pytest.raises(IncompleteBatchesError, match=r"is not a completion marker"):
+        TokenBatchDataset(batches, "train")
+    # No batch file and no marker: not a batches folder at all (a wrong path), as before.
+    with pytest.raises(FileNotFoundError, match="no batch files"):
+        TokenBatchDataset(tmp_path_factory.mktemp("nothing"), "train")
+
+
+def test_megatron_prefixes_are_given_only_for_the_export_the_marker_lists(batches):
+    """Megatron-LM reads the ``.bin``/``.idx`` itself, without the reader: ``megatron_prefixes``
+    is the checked way to its ``--data-path`` (folder marked complete, files of listed sizes)."""
+    with pytest.raises(FileNotFoundError, match="no Megatron export"):
+        megatron_prefixes(batches)
+    export = batches / "megatron"
+    export.mkdir()
+    (export / "train_text_document.bin").write_bytes(b"\0" * 64)
+    (export / "train_text_document.idx").write_bytes(b"\1" * 40)
+    marker = json.loads((batches / COMPLETE_MARKER).read_text())
+    marker["megatron"] = {
+        "train": {"prefix": "megatron/train_text_document", "bin_bytes": 64, "idx_bytes": 40}
+    }
+    (batches / COMPLETE_MARKER).write_text(json.dumps(marker))
+    assert megatron_prefixes(batches) == {"train": str(export / "train_text_document")}
+    (export / "train_text_document.bin").write_bytes(b"\0" * 10)  # cut short
+    with pytest.raises(IncompleteBatchesError, match=r"train_text_document\.bin .*10 bytes, 64"):
+        megatron_prefixes(batches)
+    (batches / COMPLETE_MARKER).unlink()
+    with pytest.raises(IncompleteBatchesError, match="no completion marker"):
+        megatron_prefixes(batches)
+
+
+def test_the_reader_and_the_stage_name_the_same_marker():
+    """The stage cannot import the reader (torch), so each names the marker: the same name."""
+    from llm_assets import stages
+
+    assert stages.COMPLETE_MARKER == COMPLETE_MARKER
+    assert COMPLETE_MARKER.startswith("_") and not COMPLETE_MARKER.startswith("part-")
+
+
 def _spawn_loader(dataset):
     from torch.utils.data import DataLoader
 
@@ -243,6 +350,7 @@ def test_an_empty_split_is_an_empty_dataset(batches, tmp_path_factory):
     still checked on the folder's files. Unknown splits and folders without batch files fail."""
     for path in batch_files(batches, "validation"):
         path.unlink()
+    _mark(batches)  # as the pipeline writes a folder without validation file
     for make in (TokenBatchDataset, IterableTokenBatches):
         ds = make(batches, "validation", expected_layout="packed")
         assert len(ds) == 0 and list(ds) == []
@@ -299,6 +407,7 @@ def _write_batched(folder, part: int, sizes: list[int], seed: int, split: str = 
         folder / f"part-{split}-{part:05d}.parquet",
         row_group_size=5,  # batches span row groups
     )
+    _mark(folder)
 
 
 @pytest.fixture
@@ -384,6 +493,7 @@ def test_batches_mode_refuses_files_without_preformed_batches(batches, batched):
     # A bucketed file of before the batch column: its layout pads per batch, so say to rewrite.
     original = pq.read_table(batched / "part-train-00001.parquet")
     pq.write_table(original.drop_columns([BATCH]), batched / "part-train-00001.parquet")
+    _mark(batched)  # as that release wrote it (else refused as changed since marked)
     with pytest.raises(NoPreformedBatchesError, match=r"'bucketed'.*re-materialize"):
         TokenBatchDataset(batched, "train", batches=True)
     # Rows sharing a batch number but not a length are not one batch: refused naming the file.
@@ -394,6 +504,7 @@ def test_batches_mode_refuses_files_without_preformed_batches(batches, batched):
         original.schema.get_field_index("input_ids"), field, pa.array(ids, field.type)
     )
     pq.write_table(broken, batched / "part-train-00001.parquet")
+    _mark(batched)
     ds = TokenBatchDataset(batched, "train", batches=True)
     with pytest.raises(ValueError, match=r"part-train-00001\.parquet: rows 0-3 share one 'batch'"):
         ds[5]
