@@ -145,7 +145,7 @@ def _worker_processes(parent: psutil.Process, backend: str) -> list[psutil.Proce
             cmdline = " ".join(child.cmdline())
         except psutil.Error:
             continue
-        ray_worker = cmdline.startswith("ray::_call")  # a worker running a shard task
+        ray_worker = cmdline.startswith("ray::shard_task")  # a worker running a shard task
         pool_worker = "spawn_main" in cmdline
         if ray_worker if backend == "ray" else pool_worker:
             found.append(child)

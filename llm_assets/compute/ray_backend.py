@@ -177,6 +177,9 @@ def _make_shard_call() -> tuple[Callable[..., tuple[int, Any]], Callable[[Any], 
             where = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
             return 1, f"{type(exc).__name__}: {exc}{where}"  # _RAISED
 
+    # What Ray shows as the worker's process title (``ray::shard_task``) while it runs a shard.
+    # No module attribute has this name, so cloudpickle still ships the function by value.
+    call.__name__ = call.__qualname__ = "shard_task"
     return call, identity_of
 
 
