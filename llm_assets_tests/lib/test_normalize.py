@@ -648,3 +648,25 @@ def test_numbers_in_table_cells_are_not_one_card_number():
         result = normalize_table(_pii_docs([html_row]), spec)
         assert result.kept[PII_REDACTIONS].to_pylist() == [0]
         assert result.kept["text"].to_pylist()[0].split() == cells
+
+
+@pytest.mark.parametrize("form", ["NFC", "NFKC"])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("A\x08\u0300", "\xc0"),
+        ("cafe\x00\u0301 au lait", "caf\xe9 au lait"),
+        ("\u1100\x08\u1161", "\uac00"),
+    ],
+)
+def test_default_output_is_normalized_after_control_characters_are_removed(form, text, expected):
+    """A control character between a letter and its combining mark (or two Hangul jamo) blocked
+    their composition; removed after Unicode normalization, it left the pair apart: the output
+    was not NFC (nor NFKC), a second pass changed it, and exact dedup kept ``café`` spelled both
+    ways as two documents. Both paths normalize again after removing it."""
+    spec = NormalizeSpec(unicode_form=form)
+    got = normalize_array(pa.array([text, "plain clean text"]), spec).to_pylist()
+    assert got == [expected, "plain clean text"]
+    assert normalize_array(pa.array([text]), spec).to_pylist() == [expected]  # every row dirty
+    assert normalize_text(text, spec) == expected
+    assert normalize_text(expected, spec) == expected
