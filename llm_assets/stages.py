@@ -70,6 +70,7 @@ from llm_assets.tasks import (
     carried_metadata,
     megatron_done,
     read_scatter_manifest,
+    row_group_parts,
     run_dedup_apply,
     run_gather,
     run_ingest,
@@ -239,7 +240,9 @@ def _check_sources(asset: str, sources: Iterable[ShardRecord]) -> None:
     computed from the recorded ones (before: a shard edited or cut by hand, then a downstream
     asset materialized on its own, poisoned that asset for good, every check passing). The
     upstream asset, materialized again, computes such shards again from its own input."""
-    bad = [source for source in sources if not _unchanged(source, source.path)]
+    # Once per file: the parts of a big upstream shard all name it.
+    unique = {source.path: source for source in sources}.values()
+    bad = [source for source in unique if not _unchanged(source, source.path)]
     if bad:
         upstream = bad[0].asset
         raise StageInputError(
@@ -867,25 +870,47 @@ def _run_map_stage(
     config: dict[str, Any],
     metadata: dict[str, str] | None = None,
     materialize: bool = True,
+    split_big_shards: bool = False,
 ) -> StageReport:
+    """One task per upstream shard, its output shard keyed like it. With ``split_big_shards``
+    (the stage after ``raw_documents``), an upstream shard of more rows than the raw stage's
+    ``rows_per_shard`` (one big input file that could not be cut when read) is cut into parts
+    of whole row groups (:func:`~llm_assets.tasks.row_group_parts`), one task and one output
+    shard each, keyed ``<upstream key>.p<part>``; every stage after follows them one to one."""
     stage_fp = fingerprint(asset, STAGE_CODE_VERSIONS[asset], config)
     folder = stage_dir(ctx.warehouse_root, asset, stage_fp)
     planned = []
+    split = 0
     for source in _upstream(ctx, upstream):
-        input_fp = fingerprint(source.checksum)
-        out = str(folder / shard_file_name(source.shard))
-        rej = str(folder / "rejects" / shard_file_name(source.shard))
-        task = MapTask(
-            key=source.shard,
-            input_path=source.path,
-            output_path=out,
-            rejects_path=rej,
-            input_fingerprint=input_fp,
-            kernel=kernel,
-            spec=spec,
-            metadata=tuple(sorted((metadata or {}).items())),
+        parts: list[tuple[int, int] | None] = [None]
+        if split_big_shards and source.rows_out > (limit := _rows_per_shard(source)):
+            ranges = row_group_parts(pq.read_metadata(source.path), limit)
+            if len(ranges) > 1:
+                parts = list(ranges)
+                split += 1
+        for i, groups in enumerate(parts):
+            key = source.shard if groups is None else f"{source.shard}.p{i:05d}"
+            # An unsplit shard keeps the input fingerprint of releases that never split.
+            input_fp = fingerprint(source.checksum, *(() if groups is None else (groups,)))
+            out = str(folder / shard_file_name(key))
+            rej = str(folder / "rejects" / shard_file_name(key))
+            task = MapTask(
+                key=key,
+                input_path=source.path,
+                output_path=out,
+                rejects_path=rej,
+                input_fingerprint=input_fp,
+                kernel=kernel,
+                spec=spec,
+                metadata=tuple(sorted((metadata or {}).items())),
+                row_groups=groups,
+            )
+            planned.append(_Planned(key, out, rej, input_fp, (source.path,), task, (source,)))
+    if split:
+        ctx.log.info(
+            f"{asset}: {split} big {upstream} shard(s) cut into parts of whole row groups, "
+            f"{len(planned)} shard(s) in all"
         )
-        planned.append(_Planned(source.shard, out, rej, input_fp, (source.path,), task, (source,)))
     return _execute(
         ctx,
         asset=asset,
@@ -898,6 +923,15 @@ def _run_map_stage(
     )
 
 
+def _rows_per_shard(raw: ShardRecord) -> int:
+    """The ``rows_per_shard`` a raw shard was ingested with (its recorded config)."""
+    try:
+        value = json.loads(raw.config).get("rows_per_shard")
+    except (ValueError, AttributeError):
+        value = None
+    return value if isinstance(value, int) and value >= 1 else DEFAULT_ROWS_PER_SHARD
+
+
 @_catalog_session
 def run_normalized_documents(ctx: StageContext, spec: NormalizeSpec) -> StageReport:
     """Normalize the text of every raw shard."""
@@ -908,6 +942,7 @@ def run_normalized_documents(ctx: StageContext, spec: NormalizeSpec) -> StageRep
         kernel=normalize_table,
         spec=spec,
         config=asdict(spec),
+        split_big_shards=True,
     )
 
 

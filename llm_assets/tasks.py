@@ -10,6 +10,7 @@ output exists with the expected input fingerprint in its footer is done.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import shutil
@@ -121,15 +122,20 @@ def timed_reads(items: Iterable[Any], parts: PartTimes) -> Iterator[Any]:
 
 
 def row_group_batches(
-    source: pq.ParquetFile, batch_size: int, columns: list[str] | None = None
+    source: pq.ParquetFile,
+    batch_size: int,
+    columns: list[str] | None = None,
+    groups: tuple[int, int] | None = None,
 ) -> Iterator[pa.RecordBatch]:
-    """The file's record batches (at most ``batch_size`` rows), read one row group at a time.
+    """The file's record batches (at most ``batch_size`` rows), read one row group at a time;
+    with ``groups`` (first, end), only the row groups ``first <= g < end``.
 
     pyarrow's ``iter_batches`` over a whole file keeps buffers that grow with the file until
     the loop ends: 86 MB of Arrow memory for a 67 MB shard and 214 MB for a 196 MB one, against
-    ~20 MB this way, so one big input file (a 1M-row ``.jsonl.gz`` is one shard at every stage)
-    took a worker to 931 MB. Same rows in the same order."""
-    for group in range(source.metadata.num_row_groups):
+    ~20 MB this way, so one big input file (a 1M-row ``.jsonl.gz`` is one raw shard) took a
+    worker to 931 MB. Same rows in the same order."""
+    first, end = groups if groups is not None else (0, source.metadata.num_row_groups)
+    for group in range(first, end):
         yield from source.iter_batches(
             batch_size=batch_size, row_groups=[group], columns=columns, use_threads=READ_THREADS
         )
@@ -310,6 +316,37 @@ class MapTask:
     spec: Any
     metadata: tuple[tuple[str, str], ...] = ()
     batch_rows: int = KERNEL_BATCH_ROWS
+    row_groups: tuple[int, int] | None = None
+    """Only these row groups of the input (first, end): one part of a big upstream shard
+    (:func:`row_group_parts`); None: all of it."""
+
+
+def row_group_parts(metadata: pq.FileMetaData, max_rows: int) -> list[tuple[int, int]]:
+    """Cut a Parquet file's row groups into consecutive ranges (first, end) of about equal rows:
+    as many as ``ceil(rows / max_rows)``, each cut at the row-group boundary nearest its share
+    (so a part may hold up to one row group more or less than ``rows / parts``). A file of at
+    most ``max_rows`` rows, or of one row group, is one range: a row group is never split.
+
+    Why: one input file that cannot be cut into line ranges when it is read (a ``.jsonl.gz``,
+    a CSV, a Parquet file) is one raw shard; cut so, every stage after ``raw_documents`` spreads
+    it over the workers, shows progress and restarts per part instead of redoing it whole."""
+    rows = [metadata.row_group(g).num_rows for g in range(metadata.num_row_groups)]
+    total = sum(rows)
+    if not rows:
+        return [(0, 0)]
+    parts = -(-total // max(1, max_rows))
+    if parts <= 1 or len(rows) == 1:
+        return [(0, len(rows))]
+    ends = np.cumsum(rows)  # rows up to and including each group
+    cuts = []
+    for k in range(1, parts):
+        target = k * total / parts
+        at = int(np.searchsorted(ends, target))  # the first group ending at or after target
+        if at > 0 and target - ends[at - 1] < ends[at] - target:
+            at -= 1  # the boundary before it is nearer
+        cuts.append(at + 1)
+    bounds = sorted({0, *(c for c in cuts if 0 < c < len(rows)), len(rows)})
+    return list(itertools.pairwise(bounds))
 
 
 def run_map(task: MapTask) -> ShardStats:
@@ -323,7 +360,8 @@ def run_map(task: MapTask) -> ShardStats:
 
     def results() -> Iterator[StageResult]:
         batch_size = parquet_batch_rows(source.metadata, task.batch_rows, BATCH_BYTES)
-        for batch in timed_reads(row_group_batches(source, batch_size), parts):
+        batches = row_group_batches(source, batch_size, groups=task.row_groups)
+        for batch in timed_reads(batches, parts):
             yield task.kernel(pa.Table.from_batches([batch]), task.spec)
 
     def empty_schema() -> pa.Schema:
