@@ -33,13 +33,14 @@ from llm_assets.warehouse.catalog import Catalog
 
 REPO = Path(__file__).resolve().parents[1]
 DATA_DIR = REPO / "data" / "generated" / "bench" / "big-file"
-FORMATS = ("jsonl", "jsonl.gz", "jsonl.zst", "parquet-1-group")
+FORMATS = ("jsonl", "jsonl.gz", "jsonl.zst", "parquet-1-group", "parquet-1k-groups")
 
 
 def input_folder(data_dir: Path, size: int, fmt: str) -> Path:
     """A folder holding only the corpus of ``size`` rows as one file of format ``fmt``
     (``parquet-1-group``: one row group, as ``pandas.DataFrame.to_parquet`` writes up to 1Mi
-    rows), generated once."""
+    rows; ``parquet-1k-groups``: row groups of 1,000 rows, as ``datasets.Dataset.to_parquet``
+    writes), generated once."""
     plain = ensure_corpus(data_dir.parent, size)  # the corpus compare_study.py uses
     if fmt == "jsonl":
         return plain.parent
@@ -54,7 +55,8 @@ def input_folder(data_dir: Path, size: int, fmt: str) -> Path:
             write_corpus(tmp, (orjson.loads(line) for line in handle))
     else:
         table = pa_json.read_json(plain)
-        pq.write_table(table, tmp, row_group_size=max(1, table.num_rows), compression="zstd")
+        group = 1000 if fmt == "parquet-1k-groups" else max(1, table.num_rows)
+        pq.write_table(table, tmp, row_group_size=group, compression="zstd")
     tmp.replace(target)
     return folder
 

@@ -690,6 +690,19 @@ def line_ranges(path: Path, rows_per_shard: int) -> list[tuple[int, int, int]]:
     return ranges or [(0, 0, 1)]
 
 
+def _parquet_parts(path: Path, rows_per_shard: int) -> list[tuple[int, int] | None]:
+    """The row-group ranges a Parquet input file is read in, one raw shard each (about
+    ``rows_per_shard`` rows, whole row groups: :func:`~llm_assets.tasks.row_group_parts`);
+    ``[None]``, the whole file, when it is one range or its footer cannot be read (its task
+    then records why, as a ``corrupt_file`` reject). Reads only the footer."""
+    try:
+        metadata = pq.read_metadata(path)
+    except (pa.ArrowException, OSError, UnicodeDecodeError):
+        return [None]
+    parts = row_group_parts(metadata, rows_per_shard)
+    return list(parts) if len(parts) > 1 else [None]
+
+
 @_catalog_session
 def run_raw_documents(
     ctx: StageContext,
@@ -698,7 +711,8 @@ def run_raw_documents(
     rows_per_shard: int,
     data_root: Path | None = None,
 ) -> StageReport:
-    """Ingest every input file into raw shards (big plain JSONL files split by line ranges).
+    """Ingest every input file into raw shards (big plain JSONL files split by line ranges, big
+    Parquet files by row groups).
     With ``data_root``, the input folder and every file in it must resolve inside it."""
     if rows_per_shard < 1:
         raise StageInputError(f"rows_per_shard must be >= 1, got {rows_per_shard}")
@@ -714,12 +728,18 @@ def run_raw_documents(
     ignored: list[str] = []
     for path, rel in list_input_files(input_dir, data_root, ignored):
         stat = path.stat()
-        is_plain_jsonl = detect_format(str(path)) == "jsonl"
-        ranges = line_ranges(path, rows_per_shard) if is_plain_jsonl else [None]
+        fmt = detect_format(str(path))
+        ranges = line_ranges(path, rows_per_shard) if fmt == "jsonl" else [None]
+        groups = _parquet_parts(path, rows_per_shard) if fmt == "parquet" else [None]
+        if len(groups) > 1:
+            ranges = [None] * len(groups)
         for chunk, line_range in enumerate(ranges):
             shard = f"{_safe_name(rel)}-{chunk:05d}"
             byte_range = (line_range[0], line_range[1]) if line_range else None
-            input_fp = fingerprint(rel, stat.st_size, stat.st_mtime_ns, byte_range)
+            row_groups = groups[chunk] if len(groups) > 1 else None
+            # A whole file (row_groups None) keeps the input fingerprint it always had.
+            where = byte_range if row_groups is None else ("row_groups", *row_groups)
+            input_fp = fingerprint(rel, stat.st_size, stat.st_mtime_ns, where)
             out = str(folder / shard_file_name(shard))
             rej = str(folder / "rejects" / shard_file_name(shard))
             task = IngestTask(
@@ -732,6 +752,7 @@ def run_raw_documents(
                 input_fingerprint=input_fp,
                 byte_range=byte_range,
                 first_line=line_range[2] if line_range else 1,
+                row_groups=row_groups,
             )
             planned.append(_Planned(shard, out, rej, input_fp, (str(path.resolve()),), task))
     ctx.log.info(f"{asset}: {len(planned)} shard(s) planned from {input_dir}")

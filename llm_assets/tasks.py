@@ -10,7 +10,6 @@ output exists with the expected input fingerprint in its footer is done.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import json
 import os
 import shutil
@@ -278,6 +277,8 @@ class IngestTask:
     input_fingerprint: str
     byte_range: tuple[int, int] | None = None
     first_line: int = 1
+    row_groups: tuple[int, int] | None = None
+    """Of a Parquet file, only these row groups (first, end): one part of a big file."""
 
 
 def run_ingest(task: IngestTask) -> ShardStats:
@@ -290,6 +291,7 @@ def run_ingest(task: IngestTask) -> ShardStats:
         task.spec,
         byte_range=task.byte_range,
         first_line=task.first_line,
+        row_groups=task.row_groups,
     )
     return _write_shard(
         results,
@@ -322,31 +324,24 @@ class MapTask:
 
 
 def row_group_parts(metadata: pq.FileMetaData, max_rows: int) -> list[tuple[int, int]]:
-    """Cut a Parquet file's row groups into consecutive ranges (first, end) of about equal rows:
-    as many as ``ceil(rows / max_rows)``, each cut at the row-group boundary nearest its share
-    (so a part may hold up to one row group more or less than ``rows / parts``). A file of at
-    most ``max_rows`` rows, or of one row group, is one range: a row group is never split.
+    """Cut a Parquet file's row groups into consecutive ranges (first, end) of at most
+    ``max_rows`` rows each, filled in order; a row group of more rows is a range alone (a row
+    group is never split). A file of at most ``max_rows`` rows, or of no row group, is one range.
 
     Why: one input file that cannot be cut into line ranges when it is read (a ``.jsonl.gz``,
     a CSV, a Parquet file) is one raw shard; cut so, every stage after ``raw_documents`` spreads
-    it over the workers, shows progress and restarts per part instead of redoing it whole."""
-    rows = [metadata.row_group(g).num_rows for g in range(metadata.num_row_groups)]
-    total = sum(rows)
-    if not rows:
-        return [(0, 0)]
-    parts = -(-total // max(1, max_rows))
-    if parts <= 1 or len(rows) == 1:
-        return [(0, len(rows))]
-    ends = np.cumsum(rows)  # rows up to and including each group
-    cuts = []
-    for k in range(1, parts):
-        target = k * total / parts
-        at = int(np.searchsorted(ends, target))  # the first group ending at or after target
-        if at > 0 and target - ends[at - 1] < ends[at] - target:
-            at -= 1  # the boundary before it is nearer
-        cuts.append(at + 1)
-    bounds = sorted({0, *(c for c in cuts if 0 < c < len(rows)), len(rows)})
-    return list(itertools.pairwise(bounds))
+    it over the workers, shows progress and restarts per part instead of redoing it whole. At
+    most ``max_rows``, so that parts cut when a Parquet input is read are not cut again."""
+    parts: list[tuple[int, int]] = []
+    first, rows = 0, 0
+    for group in range(metadata.num_row_groups):
+        size = metadata.row_group(group).num_rows
+        if group > first and rows + size > max_rows:
+            parts.append((first, group))
+            first, rows = group, 0
+        rows += size
+    parts.append((first, metadata.num_row_groups))
+    return parts
 
 
 def run_map(task: MapTask) -> ShardStats:

@@ -52,7 +52,7 @@ def _metadata(tmp_path: Path, groups: list[int]) -> pq.FileMetaData:
 @pytest.mark.parametrize(
     ("groups", "max_rows", "expected"),
     [
-        ([200] * 12, 500, [(0, 2), (0 + 2, 5), (5, 7), (7, 10), (10, 12)]),  # 2,400 rows: 5 parts
+        ([200] * 12, 500, [(0, 2), (2, 4), (4, 6), (6, 8), (8, 10), (10, 12)]),
         ([200] * 3, 600, [(0, 3)]),  # not more rows than max_rows: whole
         ([5000], 100, [(0, 1)]),  # one row group is never split
         ([], 100, [(0, 0)]),  # no row group: one empty part
@@ -73,10 +73,10 @@ def test_row_group_parts_cover_every_group_once_in_order(tmp_path_factory, group
     assert parts[0][0] == 0 and parts[-1][1] == len(groups)
     assert all(a < b for a, b in parts)  # no empty part
     assert all(parts[i][1] == parts[i + 1][0] for i in range(len(parts) - 1))  # contiguous
-    total = sum(groups)
-    assert len(parts) <= max(1, -(-total // max_rows))  # never more parts than asked for
-    if len(groups) > 1 and total > max_rows:
-        assert len(parts) > 1
+    for a, b in parts:  # at most max_rows, unless one group alone is more
+        assert sum(groups[a:b]) <= max_rows or b - a == 1
+    for a, b in parts[:-1]:  # no part could have taken the next group too
+        assert sum(groups[a : b + 1]) > max_rows
 
 
 def _ctx(root: Path, backend: str = "in_process") -> stages.StageContext:
@@ -131,7 +131,7 @@ def corpora(tmp_path_factory) -> dict[str, Path]:
 
 
 def test_a_big_compressed_file_is_cut_after_ingest_with_the_same_output(tmp_path, corpora):
-    """Cut into 5 parts after ingest, the gzip file gives what it gave whole (rows_per_shard at
+    """Cut into 6 parts after ingest, the gzip file gives what it gave whole (rows_per_shard at
     least its rows: one shard at every stage, as before parts existed), batches included; and
     its documents are those of the same rows as plain JSONL (cut into line ranges at ingest)."""
     whole, cut = _ctx(tmp_path / "whole"), _ctx(tmp_path / "cut")
@@ -141,9 +141,9 @@ def test_a_big_compressed_file_is_cut_after_ingest_with_the_same_output(tmp_path
     assert len(parts[RAW_DOCUMENTS].shards) == 1  # gzip cannot be cut when read...
     raw_key = parts[RAW_DOCUMENTS].shards[0].shard
     for asset in (NORMALIZED_DOCUMENTS, TOKENIZED_DOCUMENTS, FILTERED_DOCUMENTS):
-        keys = [s.shard for s in parts[asset].shards]  # ...but the next stages are: 5 parts
-        assert keys == [f"{raw_key}.p{i:05d}" for i in range(5)], asset
-    assert {s.rows_in for s in parts[NORMALIZED_DOCUMENTS].shards} == {400, 600}
+        keys = [s.shard for s in parts[asset].shards]  # ...but the next stages are: 6 parts
+        assert keys == [f"{raw_key}.p{i:05d}" for i in range(6)], asset
+    assert {s.rows_in for s in parts[NORMALIZED_DOCUMENTS].shards} == {400}  # 2 row groups
     assert _outputs(cut) == _outputs(whole)
     assert parts["training_batches"].rows_out == one["training_batches"].rows_out
 
@@ -162,7 +162,7 @@ def test_parts_are_reused_and_a_lost_part_alone_is_computed_again(tmp_path, corp
     # As a run killed in the middle of normalized_documents leaves it: one part missing.
     Path(again[NORMALIZED_DOCUMENTS].shards[3].path).unlink()
     after = stages.run_normalized_documents(ctx, NormalizeSpec())
-    assert (after.computed, after.skipped) == (1, 4)
+    assert (after.computed, after.skipped) == (1, 5)
     assert stages.run_tokenized_documents(ctx, TokenizerSpec()).computed == 0  # same checksum
     assert _outputs(ctx) == first
 
@@ -193,7 +193,32 @@ def test_the_parts_run_on_a_process_pool_with_the_same_output(tmp_path, corpora)
         reports = _run_all(pool, corpora[".jsonl.gz"])
     finally:
         pool.compute.close()
-    assert len(reports[TOKENIZED_DOCUMENTS].shards) == 5
+    assert len(reports[TOKENIZED_DOCUMENTS].shards) == 6
     reference = _ctx(tmp_path / "in")
     _run_all(reference, corpora[".jsonl.gz"])
     assert _outputs(pool) == _outputs(reference)
+
+
+def test_a_big_parquet_file_is_cut_into_row_groups_when_read(tmp_path, corpora):
+    """A Parquet file of several row groups is read as several raw shards (whole row groups,
+    about rows_per_shard rows each), with the output of reading it whole; a file of one row
+    group is one raw shard, cut after ingest instead."""
+    rows = list(generate_records(ROWS, seed=3))
+    groups, single = tmp_path / "groups", tmp_path / "single"
+    write_corpus(groups / "corpus.parquet", rows)
+    table = pq.read_table(groups / "corpus.parquet")
+    pq.write_table(table, groups / "corpus.parquet", row_group_size=300)
+    single.mkdir()
+    pq.write_table(table, single / "corpus.parquet", row_group_size=ROWS)
+    cut, whole, one_group = (_ctx(tmp_path / name) for name in ("cut", "whole", "one"))
+    parts = _run_all(cut, groups)
+    _run_all(whole, groups, rows_per_shard=ROWS)
+    # 8 groups of 300 rows: one per raw shard (two would be more than 500)
+    assert [s.rows_in for s in parts[RAW_DOCUMENTS].shards] == [300] * 8
+    assert len(parts[NORMALIZED_DOCUMENTS].shards) == 8  # not cut again
+    assert _outputs(cut) == _outputs(whole)
+    single_run = _run_all(one_group, single)
+    assert len(single_run[RAW_DOCUMENTS].shards) == 1
+    assert len(single_run[NORMALIZED_DOCUMENTS].shards) == 6  # 2 raw row groups of 200 each
+    documents = "SELECT source_line, text FROM filtered_documents ORDER BY source_line"
+    assert one_group.catalog.query(documents) == cut.catalog.query(documents)

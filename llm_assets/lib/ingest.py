@@ -196,6 +196,7 @@ def read_documents(
     *,
     byte_range: tuple[int, int] | None = None,
     first_line: int = 1,
+    row_groups: tuple[int, int] | None = None,
 ) -> Iterator[StageResult]:
     """Stream the documents of the file at ``path``, recorded under the name ``source_file``.
 
@@ -209,8 +210,15 @@ def read_documents(
     and ``doc_id`` equal those of a whole-file read. A file with no record is one ``empty_file``
     reject, given by its first range (which looks at the rest of the file only when it found no
     record itself).
+
+    ``row_groups`` (``.parquet`` only) reads the row groups ``[first, end)``; rows keep their
+    numbers in the whole file.
     """
     fmt = detect_format(path)
+    if row_groups is not None:
+        if fmt != "parquet":
+            raise ValueError(f"row_groups only applies to Parquet files, not {path}")
+        return _read_parquet(path, source_file, spec, row_groups)
     if byte_range is None:
         return _with_empty_file_reject(_READERS[fmt](path, source_file, spec), source_file)
     if fmt != "jsonl":
@@ -1006,8 +1014,11 @@ def _repair(text: str) -> str:
 _PARQUET_ERRORS = (pa.ArrowException, OSError)
 
 
-def _read_parquet(path: str, source_file: str, spec: IngestSpec) -> Iterator[StageResult]:
-    """One document per row; other columns go to metadata as JSON (``default=str``).
+def _read_parquet(
+    path: str, source_file: str, spec: IngestSpec, row_groups: tuple[int, int] | None = None
+) -> Iterator[StageResult]:
+    """One document per row; other columns go to metadata as JSON (``default=str``). With
+    ``row_groups`` (first, end), only those row groups, their rows numbered as in the file.
 
     A file damaged midway keeps every row it can: when a read fails, reading starts again row
     group by row group from the row it stopped at, and each row group that cannot be read is one
@@ -1026,27 +1037,30 @@ def _read_parquet(path: str, source_file: str, spec: IngestSpec) -> Iterator[Sta
             value = f"a column name is not valid UTF-8, so no row can be read: {error}"
             yield _corrupt(source_file, 0, value)
             return
-        rows_read = 0
+        meta = parquet.metadata
+        first, end = row_groups if row_groups is not None else (0, meta.num_row_groups)
+        rows_read = sum(meta.row_group(g).num_rows for g in range(first))
         try:
-            batch_size = parquet_batch_rows(parquet.metadata, spec.batch_rows, spec.batch_bytes)
+            batch_size = parquet_batch_rows(meta, spec.batch_rows, spec.batch_bytes)
             # One row group at a time: iter_batches over the whole file keeps buffers that grow
             # with the file (see llm_assets.tasks.row_group_batches).
-            for group in range(parquet.metadata.num_row_groups):
+            for group in range(first, end):
                 for record_batch in parquet.iter_batches(batch_size=batch_size, row_groups=[group]):
                     yield _parquet_result(record_batch, rows_read, source_file, spec.text_field)
                     rows_read += record_batch.num_rows
             return
         except _PARQUET_ERRORS:
             pass
-        yield from _parquet_row_groups_from(parquet, rows_read, source_file, spec)
+        yield from _parquet_row_groups_from(parquet, rows_read, source_file, spec, end)
 
 
 def _parquet_row_groups_from(
-    parquet: pq.ParquetFile, rows_read: int, source_file: str, spec: IngestSpec
+    parquet: pq.ParquetFile, rows_read: int, source_file: str, spec: IngestSpec, end: int
 ) -> Iterator[StageResult]:
-    """The rows from ``rows_read`` on, read one row group at a time (after a failed read)."""
+    """The rows from ``rows_read`` on, up to row group ``end``, read one row group at a time
+    (after a failed read)."""
     group_end = 0
-    for group in range(parquet.metadata.num_row_groups):
+    for group in range(end):
         group_start, group_end = group_end, group_end + parquet.metadata.row_group(group).num_rows
         if group_end <= rows_read:
             continue

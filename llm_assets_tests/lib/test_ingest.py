@@ -221,6 +221,28 @@ def test_parquet_damaged_midway_keeps_every_readable_row_group(tmp_path):
         assert rejects["value"][0].as_py().startswith("rows 701-800 (row group 7) unreadable")
 
 
+def test_parquet_row_group_ranges_read_their_rows_once_with_file_row_numbers(tmp_path):
+    """A big Parquet file is read as several raw shards, each a range of row groups: together
+    they give the whole file's rows, numbered as in the file; the damaged row group 7 is one
+    ``corrupt_file`` reject of the range holding it, not of the ranges after it."""
+    path = tmp_path / "damaged.parquet"
+    texts = [f"document number {i}" for i in range(1000)]
+    pq.write_table(pa.table({"text": texts}), path, row_group_size=100, compression="zstd")
+    page = pq.ParquetFile(path).metadata.row_group(7).column(0).data_page_offset
+    data = bytearray(path.read_bytes())
+    data[page + 2 : page + 12] = b"\xab" * 10
+    path.write_bytes(bytes(data))
+    whole_kept, whole_rejects = read(path, IngestSpec(batch_rows=64))
+    ranges = [(0, 4), (4, 8), (8, 10)]
+    pieces = [read(path, IngestSpec(batch_rows=64), row_groups=r) for r in ranges]
+    assert pa.concat_tables([k for k, _ in pieces]).equals(whole_kept)
+    assert [reasons(r) for _, r in pieces] == [[], [(701, CORRUPT_FILE)], []]
+    assert pieces[1][1].equals(whole_rejects)
+    assert pieces[2][0]["source_line"].to_pylist() == list(range(801, 1001))
+    with pytest.raises(ValueError, match="row_groups only applies to Parquet files"):
+        read(tmp_path / "x.jsonl", row_groups=(0, 1))
+
+
 def test_parquet_string_view_text_and_repeated_column_names(tmp_path):
     """A ``string_view`` text column is read like any string (before: a ``corrupt_file``
     reject, Arrow's take having no kernel for it); the first column named ``text`` is the text
