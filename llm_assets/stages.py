@@ -905,7 +905,12 @@ def _run_map_stage(
     for source in _upstream(ctx, upstream):
         parts: list[tuple[int, int] | None] = [None]
         if split_big_shards and source.rows_out > (limit := _rows_per_shard(source)):
-            ranges = row_group_parts(pq.read_metadata(source.path), limit)
+            try:
+                footer = pq.read_metadata(source.path)
+            except (OSError, pa.ArrowException):
+                _check_sources(asset, [source])  # damaged since recorded: says what to do
+                raise
+            ranges = row_group_parts(footer, limit)
             if len(ranges) > 1:
                 parts = list(ranges)
                 split += 1

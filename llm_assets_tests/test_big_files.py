@@ -222,3 +222,17 @@ def test_a_big_parquet_file_is_cut_into_row_groups_when_read(tmp_path, corpora):
     assert len(single_run[NORMALIZED_DOCUMENTS].shards) == 6  # 2 raw row groups of 200 each
     documents = "SELECT source_line, text FROM filtered_documents ORDER BY source_line"
     assert one_group.catalog.query(documents) == cut.catalog.query(documents)
+
+
+def test_a_damaged_big_raw_shard_fails_naming_it_and_what_to_do(tmp_path, corpora):
+    """Cutting a raw shard reads its footer: a shard cut short since it was recorded fails with
+    the stage's own error naming it (before: a bare ArrowInvalid, 'Parquet magic bytes not
+    found'), and materializing raw_documents again repairs it."""
+    ctx = _ctx(tmp_path / "wh")
+    raw = stages.run_raw_documents(ctx, corpora[".jsonl.gz"], INGEST, ROWS_PER_SHARD)
+    path = Path(raw.shards[0].path)
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    with pytest.raises(stages.StageInputError, match="changed or damaged since they were recorded"):
+        stages.run_normalized_documents(ctx, NormalizeSpec())
+    assert stages.run_raw_documents(ctx, corpora[".jsonl.gz"], INGEST, ROWS_PER_SHARD).computed == 1
+    assert len(stages.run_normalized_documents(ctx, NormalizeSpec()).shards) == 6

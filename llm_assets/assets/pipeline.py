@@ -43,7 +43,13 @@ class RawDocumentsConfig(dg.Config):
     )
     text_field: str = Field("text", description="Field or column that holds the text")
     rows_per_shard: int = Field(
-        stages.DEFAULT_ROWS_PER_SHARD, description="Lines per shard when a JSONL file is split"
+        stages.DEFAULT_ROWS_PER_SHARD,
+        description=(
+            "Rows per shard, the unit of work, parallelism and restart: plain JSONL files are cut "
+            "into ranges of this many lines and Parquet files into ranges of whole row groups "
+            "when read; any other file is read whole, and the next stage cuts it into parts of "
+            "whole row groups (8,192 rows each, fewer for large documents) of at most this many"
+        ),
     )
     csv_delimiter: str = ","
 
