@@ -31,6 +31,7 @@ everything downstream) are then recomputed instead of reused."""
 GROUP_NAME = "llm_pipeline"
 PIPELINE_JOB = "llm_pipeline"
 BENCHMARK_JOB = "benchmark"
+PRUNE_JOB = "prune_warehouse"
 CATALOG_POOL = "llm_assets_warehouse"
 """Dagster concurrency pool of every step that writes the warehouse catalog (DuckDB allows one
 writing process per file)."""

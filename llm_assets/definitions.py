@@ -6,6 +6,7 @@ from __future__ import annotations
 import dagster as dg
 
 from llm_assets.assets.benchmark import benchmark_report
+from llm_assets.assets.maintenance import prune_warehouse
 from llm_assets.assets.pipeline import PIPELINE_ASSET_DEFS
 from llm_assets.automation import input_folder_sensor, nightly_pipeline, weekly_benchmark
 from llm_assets.compute.resource import ComputeResource
@@ -31,7 +32,7 @@ benchmark = dg.define_asset_job(
 
 defs = dg.Definitions(
     assets=[*PIPELINE_ASSET_DEFS, benchmark_report],
-    jobs=[llm_pipeline, benchmark],
+    jobs=[llm_pipeline, benchmark, prune_warehouse],
     schedules=[nightly_pipeline, weekly_benchmark],
     sensors=[input_folder_sensor],
     resources={"compute": ComputeResource(), "warehouse": WarehouseResource()},

@@ -1,0 +1,214 @@
+"""Pruning a warehouse removes what no current output needs, keeps everything a re-run reuses,
+and never changes an output: runs on real stages, a real catalog and real files."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from llm_assets import stages
+from llm_assets.compute.in_process import InProcessBackend
+from llm_assets.constants import FILTERED_DOCUMENTS, PIPELINE_ASSETS, TRAINING_BATCHES
+from llm_assets.lib.batching import BatchSpec
+from llm_assets.lib.filters import FilterSpec
+from llm_assets.lib.ingest import IngestSpec
+from llm_assets.lib.normalize import NormalizeSpec
+from llm_assets.lib.tokenization import TokenizerSpec
+from llm_assets.reader import check_complete
+from llm_assets.warehouse import prune as prune_module
+from llm_assets.warehouse.catalog import Catalog, CatalogLockedError
+from llm_assets.warehouse.prune import main, prune
+from llm_assets_tests.conftest import SAMPLE_DIR
+
+FILTER = FilterSpec.standard(quality=None, repetition=None)  # dedup on: an annotate phase
+
+
+def _ctx(root: Path) -> stages.StageContext:
+    return stages.StageContext(
+        warehouse_root=root,
+        catalog=Catalog(root / "catalog.duckdb"),
+        compute=InProcessBackend(),
+        log=logging.getLogger("test"),
+    )
+
+
+def _run(ctx: stages.StageContext, input_dir: Path, preset: str = "default", seed: int = 0):
+    reports = [
+        stages.run_raw_documents(ctx, input_dir, IngestSpec(), 1000),
+        stages.run_normalized_documents(ctx, NormalizeSpec(preset=preset)),
+        stages.run_tokenized_documents(ctx, TokenizerSpec()),
+        stages.run_filtered_documents(ctx, FILTER),
+        stages.run_training_batches(ctx, BatchSpec(seed=seed)),
+    ]
+    return {report.asset: report for report in reports}
+
+
+def _views(ctx: stages.StageContext) -> dict[str, list]:
+    return {
+        asset: ctx.catalog.query(f"SELECT * FROM {asset} ORDER BY ALL") for asset in PIPELINE_ASSETS
+    } | {"rejects": ctx.catalog.query("SELECT * FROM rejects ORDER BY ALL")}
+
+
+def _batches_folder(report: stages.StageReport) -> Path:
+    return Path(report.shards[0].path).parent
+
+
+@pytest.fixture()
+def grown(tmp_path):
+    """A warehouse as months of use leave it: the input grew (a file added: new shards, a new
+    batches folder), a second normalization preset was tried and dropped, four batch seeds."""
+    inputs = tmp_path / "in"
+    shutil.copytree(SAMPLE_DIR, inputs, ignore=shutil.ignore_patterns("wiki_more*"))
+    ctx = _ctx(tmp_path / "wh")
+    _run(ctx, inputs, preset="ascii_lower")
+    first = _run(ctx, inputs)
+    for name in ("wiki_more.jsonl.gz", "wiki_more.jsonl.zst"):
+        shutil.copy(SAMPLE_DIR / name, inputs / name)
+    older = [_batches_folder(_run(ctx, inputs, seed=s)[TRAINING_BATCHES]) for s in (1, 2, 3)]
+    latest = _run(ctx, inputs)
+    return ctx, inputs, first, older, latest
+
+
+def test_prune_removes_what_no_current_output_needs_and_changes_no_output(grown):
+    ctx, inputs, first, older, latest = grown
+    root = ctx.warehouse_root.resolve()
+    before = _views(ctx)
+    plan = prune(root, dry_run=True)
+    assert plan.remove and all(Path(item.path).exists() for item in plan.remove)  # dry run
+    removed = {Path(item.path) for item in plan.remove}
+    # The ascii_lower normalized folder, the first input state's batches folder (older than the
+    # two kept) and the scatter folders of shards whose content changed go; nothing current does.
+    ascii_folder = root / "normalized_documents"
+    assert sum(1 for p in removed if p.parent == ascii_folder) == 1
+    assert _batches_folder(first[TRAINING_BATCHES]) in removed
+    assert older[0] in removed and older[1] not in removed and older[2] not in removed
+    assert _batches_folder(latest[TRAINING_BATCHES]) not in removed
+    assert any(p.parent.name == "_scatter" for p in removed)
+    for report in latest.values():
+        for shard in report.shards:
+            for path in (shard.path, shard.rejects_path, *shard.input_shards):
+                assert path is None or not any(
+                    Path(path).resolve() == p or p in Path(path).resolve().parents for p in removed
+                ), path
+
+    applied = prune(root, dry_run=False)
+    assert [i.path for i in applied.remove] == [i.path for i in plan.remove]
+    assert not any(Path(item.path).exists() for item in plan.remove)
+    assert _views(ctx) == before
+    # A re-run reuses everything (the annotate phase included: its folder is kept whole).
+    again = _run(ctx, inputs)
+    assert all(report.computed == 0 for report in again.values())
+    assert again[FILTERED_DOCUMENTS].extra["filter_seconds"] >= 0
+    assert check_complete(_batches_folder(again[TRAINING_BATCHES]))
+    assert prune(root, dry_run=True).remove == []  # nothing left to remove
+
+
+def test_after_pruning_an_earlier_config_is_computed_again_with_the_same_output(grown, tmp_path):
+    ctx, inputs, *_ = grown
+    reference = _ctx(tmp_path / "fresh")
+    _run(reference, inputs, preset="ascii_lower")
+    prune(ctx.warehouse_root, dry_run=False, keep_batches=0)
+    back = _run(ctx, inputs, preset="ascii_lower")
+    assert back["normalized_documents"].computed > 0  # its folder was pruned: recomputed
+    assert _views(ctx) == _views(reference)
+
+
+def test_keep_batches_zero_keeps_only_the_current_batches_folder(grown):
+    ctx, *_, latest = grown
+    prune(ctx.warehouse_root, dry_run=False, keep_batches=0)
+    folders = [p for p in (ctx.warehouse_root / TRAINING_BATCHES).iterdir() if p.name != "_scatter"]
+    assert folders == [_batches_folder(latest[TRAINING_BATCHES])]
+
+
+def test_shard_files_of_an_input_file_since_removed_are_pruned(tmp_path):
+    """The current folder keeps its current shards; those of an input file removed since (no
+    longer in any current output) go."""
+    inputs = tmp_path / "in"
+    shutil.copytree(SAMPLE_DIR, inputs)
+    ctx = _ctx(tmp_path / "wh")
+    _run(ctx, inputs)
+    (inputs / "notes.txt").unlink()
+    _run(ctx, inputs)
+    plan = prune(ctx.warehouse_root, dry_run=False)
+    root = ctx.warehouse_root.resolve()
+    gone = [Path(i.path).relative_to(root) for i in plan.remove if "notes.txt" in i.path]
+    # Its shards in raw, normalized, tokenized, the filter's annotate phase and filtered, and
+    # its scatter folder.
+    assert sorted(str(p.parts[0]) for p in gone) == [
+        "filtered_documents", "filtered_documents", "normalized_documents", "raw_documents",
+        "tokenized_documents", "training_batches",
+    ]  # fmt: skip
+    assert not list(ctx.warehouse_root.rglob("part-notes.txt-*"))
+    assert all(report.computed == 0 for report in _run(ctx, inputs).values())
+
+
+def test_prune_waits_for_a_running_stage_and_fails_saying_so(grown):
+    """A stage holds the catalog while it runs; a prune meanwhile waits (here 0.5 s), then fails
+    saying so, having removed nothing. The stage here is another process holding the catalog."""
+    ctx, *_ = grown
+    path = ctx.warehouse_root / "catalog.duckdb"
+    code = (
+        "import duckdb, sys; c = duckdb.connect(sys.argv[1]); print('ready', flush=True); input()"
+    )
+    holder = subprocess.Popen(
+        [sys.executable, "-c", code, str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    try:
+        assert holder.stdout.readline().strip() == b"ready"
+        with pytest.raises(CatalogLockedError, match="in use by another process"):
+            prune(ctx.warehouse_root, dry_run=False, catalog=Catalog(path, lock_timeout_s=0.5))
+    finally:
+        holder.communicate(b"\n", timeout=30)
+    assert all(Path(item.path).exists() for item in prune(ctx.warehouse_root).remove)
+
+
+def test_the_command_line_prints_the_plan_and_removes_only_with_yes(grown, capsys):
+    ctx, *_ = grown
+    root = str(ctx.warehouse_root)
+    assert main(["--warehouse", root]) == 0
+    out = capsys.readouterr().out
+    assert "to remove" in out and "run again with --yes" in out
+    plan = prune(root)
+    assert all(Path(i.path).exists() for i in plan.remove)
+    assert main(["--warehouse", root, "--yes"]) == 0
+    assert "freed" in capsys.readouterr().out
+    assert not any(Path(i.path).exists() for i in plan.remove)
+    assert main(["--warehouse", str(Path(root) / "nowhere")]) == 2
+    assert "no warehouse at" in capsys.readouterr().err
+    assert main(["--warehouse", root, "--keep-batches", "-1"]) == 2
+    assert "keep_batches must be 0 or more" in capsys.readouterr().err
+    assert prune_module.DEFAULT_KEEP_BATCHES == 2
+
+
+def test_the_dagster_job_lists_by_default_and_removes_when_told(grown):
+    """``prune_warehouse`` as the UI runs it: a dry run unless ``dry_run: false``, the plan in
+    the log and in the op's output metadata."""
+    import dagster as dg
+
+    from llm_assets.constants import PRUNE_JOB
+    from llm_assets.definitions import defs
+
+    ctx, *_ = grown
+    plan = prune(ctx.warehouse_root)
+    job = defs.resolve_job_def(PRUNE_JOB)
+    resources = {"warehouse": {"config": {"root": str(ctx.warehouse_root)}}}
+    for dry_run in (True, False):
+        result = job.execute_in_process(
+            run_config={
+                "resources": resources,
+                "ops": {"prune_warehouse_op": {"config": {"dry_run": dry_run}}},
+            },
+            instance=dg.DagsterInstance.ephemeral(),
+        )
+        assert result.success
+        summary = result.output_for_node("prune_warehouse_op")
+        assert summary["to_remove"] == len(plan.remove) and summary["bytes"] == plan.bytes
+        assert all(Path(i.path).exists() == dry_run for i in plan.remove)
+        output = next(e for e in result.all_events if e.event_type_value == "STEP_OUTPUT")
+        assert "to remove" in output.event_specific_data.metadata["plan"].value
+    assert prune(ctx.warehouse_root).remove == []
