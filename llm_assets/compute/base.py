@@ -13,6 +13,7 @@ import ctypes.util
 import functools
 import logging
 import sys
+import time
 import traceback
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
@@ -54,6 +55,42 @@ def task_key(task: object) -> str:
     return str(getattr(task, "key", repr(task)))
 
 
+HEARTBEAT_S = 60.0
+"""How long a backend may go without a finished task before it logs which tasks are still
+running (one big input file is one ingest task that may take minutes)."""
+_LISTED_RUNNING = 5
+
+
+class Heartbeat:
+    """Logs, every ``every`` seconds in which no task finished, how many tasks are done and
+    which are running, for how long: so a stage whose last shards take minutes shows it is
+    working, and on which shards. The backend calls :meth:`finished` on every result and
+    :meth:`tick` from its wait loop."""
+
+    def __init__(self, log: Logger, total: int, every: float = HEARTBEAT_S) -> None:
+        self.log, self.total, self.every = log, total, every
+        self.last = time.monotonic()
+
+    def finished(self) -> None:
+        self.last = time.monotonic()
+
+    def tick(self, done: int, running: dict[str, float]) -> None:
+        """``running``: key -> ``time.monotonic()`` at which each running task started."""
+        now = time.monotonic()
+        if now - self.last < self.every or not running:
+            return
+        self.last = now
+        oldest = sorted(running.items(), key=lambda item: item[1])
+        listed = ", ".join(
+            f"{key} (for {now - began:.0f} s)" for key, began in oldest[:_LISTED_RUNNING]
+        )
+        more = len(oldest) - _LISTED_RUNNING
+        self.log.info(
+            f"still working: {done} of {self.total} shard(s) done; running: {listed}"
+            + (f" and {more} more" if more > 0 else "")
+        )
+
+
 class ComputeBackend(ABC):
     """Runs ``fn(task)`` for every task and returns the results in task order.
 
@@ -80,6 +117,7 @@ class ComputeBackend(ABC):
             raise ValueError(f"task_timeout_s must be > 0 or None, got {task_timeout_s}")
         self.max_attempts = max_attempts
         self.task_timeout_s = task_timeout_s
+        self.heartbeat_s = HEARTBEAT_S
         self.log: Logger = logger or logging.getLogger(f"llm_assets.compute.{self.name}")
 
     @abstractmethod

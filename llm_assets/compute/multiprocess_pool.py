@@ -34,6 +34,7 @@ from multiprocess.connection import wait
 
 from llm_assets.compute.base import (
     ComputeBackend,
+    Heartbeat,
     OnResult,
     R,
     ShardTaskFailed,
@@ -155,6 +156,7 @@ class MultiprocessBackend(ComputeBackend):
         pending: deque[int] = deque(range(len(tasks)))
         attempts = [0] * len(tasks)
         results: dict[int, R] = {}
+        beat = Heartbeat(self.log, len(tasks), self.heartbeat_s)
 
         def failed(index: int, error: str) -> None:
             key = task_key(tasks[index])
@@ -207,6 +209,7 @@ class MultiprocessBackend(ComputeBackend):
                             raise RuntimeError(f"worker answered task {got_index}, gave {index}")
                         if ok:
                             results[index] = payload
+                            beat.finished()
                             if on_result is not None:
                                 on_result(index, payload)
                         else:
@@ -221,6 +224,14 @@ class MultiprocessBackend(ComputeBackend):
                     ):
                         self._replace(worker)
                         failed(index, f"timed out after {self.task_timeout_s:g} s")
+                beat.tick(
+                    len(results),
+                    {
+                        task_key(tasks[w.task_index]): w.started_at
+                        for w in self._pool
+                        if w.task_index is not None
+                    },
+                )
         except BaseException:
             self.close()
             raise

@@ -43,6 +43,7 @@ from typing import Any
 
 from llm_assets.compute.base import (
     ComputeBackend,
+    Heartbeat,
     OnResult,
     R,
     ShardTaskFailed,
@@ -723,6 +724,7 @@ class RayBackend(ComputeBackend):
         running_since: dict[Any, float] = {}
         waiting: deque[Any] = deque()
         last_news = time.monotonic()
+        beat = Heartbeat(self.log, len(tasks), self.heartbeat_s)
 
         def attempt_failed(index: int, error: str) -> None:
             """Count a failed attempt of shard ``index``: retry it, or fail the run."""
@@ -780,8 +782,13 @@ class RayBackend(ComputeBackend):
                     attempt_failed(index, value)
                     continue
                 results[index] = value
+                beat.finished()
                 if on_result is not None:
                     on_result(index, value)
+            beat.tick(
+                len(results),
+                {task_key(tasks[in_flight[r]]): began for r, began in running_since.items()},
+            )
             if self.task_timeout_s is not None:
                 now = time.monotonic()
                 late = [

@@ -44,6 +44,38 @@ def test_results_in_task_order_with_progress_callback(name, request):
         assert os.getpid() not in {r["pid"] for r in results}
 
 
+@pytest.mark.parametrize("name", ["multiprocess", pytest.param("ray", marks=pytest.mark.slow)])
+def test_a_long_task_is_reported_while_it_runs(name, request):
+    """With no task finished for heartbeat_s, the backend logs which shards still run and for
+    how long (before: nothing between 'computing N shard(s)' and the end of a shard that takes
+    minutes, such as the ingest of one big compressed file)."""
+
+    class Log:
+        def __init__(self) -> None:
+            self.lines: list[str] = []
+
+        def info(self, msg: str) -> None:
+            self.lines.append(msg)
+
+        warning = info
+
+    backend = _backend(name, request)
+    log, before = Log(), (backend.log, backend.heartbeat_s)
+    backend.log, backend.heartbeat_s = log, 0.4
+    tasks = [ProbeTask("quick", 1), ProbeTask("slow", 2, sleep_s=2.0)]
+    try:
+        assert [r["value"] for r in backend.run(run_probe, tasks)] == [1, 4]
+    finally:
+        backend.log, backend.heartbeat_s = before
+        if name != "ray":
+            backend.close()
+    beats = [line for line in log.lines if line.startswith("still working")]
+    assert len(beats) >= 2, log.lines
+    assert all(
+        b.startswith("still working: 1 of 2 shard(s) done; running: slow (for ") for b in beats
+    )
+
+
 def test_empty_task_list_starts_nothing():
     backend = make_backend("multiprocess", workers=2)
     assert backend.run(run_probe, []) == []
