@@ -24,6 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
 
+import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -45,6 +46,7 @@ from llm_assets.lib.batching import (
     length_histogram,
 )
 from llm_assets.lib.dedup import (
+    SEEN_TABLE,
     DedupOutcome,
     ExactDedupSpec,
     NearDedupSpec,
@@ -1118,29 +1120,51 @@ def _dedup_scope(ctx: StageContext, filter_fingerprint: str) -> str:
     return fingerprint(filter_fingerprint, upstream)
 
 
+DEDUP_MEMO = "last.json"
+"""``<filtered folder>/dedup/last.json``: the last global dedup step's inputs (as a key) and
+outcome, so that a run whose inputs are the same reuses the outcome instead of deciding again."""
+
+
 def _resolve_duplicates(
     ctx: StageContext, annotated: StageReport, spec: FilterSpec, folder: Path
 ) -> DedupOutcome:
     """The global step: DuckDB over every annotated shard (and the ``dedup_seen`` table of earlier
     runs) decides the duplicates; the decisions are written atomically to one Parquet file named
-    by their content, which every apply task reads its own shard's part of."""
+    by their content, which every apply task reads its own shard's part of.
+
+    Its outcome is a function of the annotated shards (their checksums), the dedup settings, the
+    scope and that scope's history. An unchanged re-run finds the same shards and the history as
+    the last step left it (that step recorded every document in it): the memo
+    (:data:`DEDUP_MEMO`) then gives the outcome without running the step (at 500K rows, 3 s and
+    ~0.8 GB of memory in DuckDB saved on every scheduled run that found nothing new)."""
+    started = time.perf_counter()
     exact = spec.exact_dedup or ExactDedupSpec(enabled=False)
     near = spec.near_dedup or NearDedupSpec(enabled=False)
+    scope = _dedup_scope(ctx, annotated.fingerprint)
+    memo_path = folder / "dedup" / DEDUP_MEMO
     spill = Path(ctx.warehouse_root) / ".duckdb_tmp"
     spill.mkdir(parents=True, exist_ok=True)
     with ctx.catalog.connect() as con:
+
+        def key() -> str:
+            """The step's inputs, the scope's history as it stands now included."""
+            shards = [(s.shard, s.checksum) for s in annotated.shards]
+            history = _seen_state(con, scope)
+            return fingerprint(scope, asdict(exact), asdict(near), shards, history)
+
+        if (memo := _dedup_memo(memo_path, key())) is not None:
+            ctx.log.info(
+                f"{FILTERED_DOCUMENTS}: the annotated shards and the dedup history are those of "
+                "the last dedup step: its decisions reused"
+            )
+            return replace(memo, seconds=time.perf_counter() - started)
         con.execute(f"SET temp_directory = '{spill.as_posix()}'")
         con.execute(f"SET memory_limit = '{DEDUP_MEMORY_LIMIT}'")
         outcome = resolve_duplicates(
-            con,
-            [(s.shard, s.path) for s in annotated.shards],
-            exact,
-            near,
-            scope=_dedup_scope(ctx, annotated.fingerprint),
+            con, [(s.shard, s.path) for s in annotated.shards], exact, near, scope=scope
         )
-    # Column by column: a list per column serializes ~3x faster than a dict per row.
-    digest = fingerprint([outcome.drops[name].to_pylist() for name in outcome.drops.column_names])
-    path = folder / "dedup" / f"drops-{digest}.parquet"
+        after = key()
+    path = folder / "dedup" / f"drops-{_drops_digest(outcome.drops)}.parquet"
     remove_stale_temporaries(path.parent)  # what a killed run left
     if not _holds(path, outcome.drops):
         # Missing, or damaged since (it is named by its content, so it is simply written again).
@@ -1148,7 +1172,65 @@ def _resolve_duplicates(
         tmp = temporary_path(path)
         pq.write_table(outcome.drops, tmp)
         os.replace(tmp, path)
-    return replace(outcome, path=str(path))
+    outcome = replace(outcome, path=str(path))
+    _write_dedup_memo(memo_path, after, outcome)
+    return outcome
+
+
+def _seen_state(con: Any, scope: str) -> list[Any]:
+    """How many documents the dedup history of ``scope`` holds, and its last run number (a
+    catalog without the history, or with an earlier release's, has none to compare)."""
+    try:
+        count, last = con.execute(
+            f"SELECT count(*), coalesce(max(run), 0) FROM {SEEN_TABLE} WHERE scope = ?", [scope]
+        ).fetchone()
+    except duckdb.Error:
+        return ["none"]
+    return [int(count), int(last)]
+
+
+def _drops_digest(drops: pa.Table) -> str:
+    """The content name of a dedup decisions table."""
+    # Column by column: a list per column serializes ~3x faster than a dict per row.
+    return fingerprint([drops[name].to_pylist() for name in drops.column_names])
+
+
+def _dedup_memo(path: Path, key: str) -> DedupOutcome | None:
+    """The outcome the memo at ``path`` holds if it was recorded for ``key`` and its decisions
+    file is still there, whole (it reads back to the content its name says), else None."""
+    try:
+        memo = json.loads(path.read_text())
+        if memo.get("key") != key:
+            return None
+        drops_path = Path(memo["path"])
+        drops = pq.read_table(drops_path)
+        if drops_path.name != f"drops-{_drops_digest(drops)}.parquet":
+            return None
+        return DedupOutcome(
+            drops=drops,
+            exact_removed=int(memo["exact_removed"]),
+            near_removed=int(memo["near_removed"]),
+            near_clusters=int(memo["near_clusters"]),
+            candidate_pairs=int(memo["candidate_pairs"]),
+            seconds=0.0,
+            path=str(drops_path),
+        )
+    except (OSError, ValueError, KeyError, TypeError, pa.ArrowException):
+        return None
+
+
+def _write_dedup_memo(path: Path, key: str, outcome: DedupOutcome) -> None:
+    memo = {
+        "key": key,
+        "path": outcome.path,
+        "exact_removed": outcome.exact_removed,
+        "near_removed": outcome.near_removed,
+        "near_clusters": outcome.near_clusters,
+        "candidate_pairs": outcome.candidate_pairs,
+    }
+    tmp = temporary_path(path)
+    tmp.write_text(json.dumps(memo, sort_keys=True))
+    os.replace(tmp, path)
 
 
 # --- training_batches -----------------------------------------------------------------------------

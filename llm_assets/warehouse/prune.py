@@ -13,7 +13,7 @@ module finds what no current output needs and removes it, and only that:
 - kept: the ``keep_batches`` most recent earlier ``training_batches`` folders (a training job
   may still be reading one), besides the current one;
 - kept: per current ``filtered_documents`` shard, its newest scatter folder (the next run with a
-  new input reuses it), and the newest dedup drops file;
+  new input reuses it), and the last dedup step's decisions file (an unchanged re-run reuses it);
 - removed: every other stage folder, those shard files, every other scatter folder and drops
   file.
 
@@ -31,6 +31,8 @@ prints the plan, and removes it only with ``--yes``.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import os
 import shutil
 import sys
@@ -45,7 +47,7 @@ from llm_assets.constants import (
     PIPELINE_ASSETS,
     TRAINING_BATCHES,
 )
-from llm_assets.stages import SCATTER_FOLDER
+from llm_assets.stages import DEDUP_MEMO, SCATTER_FOLDER
 from llm_assets.warehouse.catalog import (
     Catalog,
     CatalogLockedError,
@@ -215,15 +217,21 @@ def _recent_batches(root: Path, catalog: Catalog, needed: set[Path], keep: int) 
 
 def _plan_inside(plan: PrunePlan, folder: Path, current: set[str], dedup: bool) -> None:
     """In a kept document-stage folder: shard and rejects files that are neither current nor an
-    input of a current shard, and every dedup drops file but the newest."""
+    input of a current shard, and every dedup decisions file but the last step's (the newest
+    when no memo names it)."""
     for pattern in ("part-*.parquet", "rejects/part-*.parquet"):
         for path in sorted(folder.glob(pattern)):
             if str(path.resolve()) not in current:
                 plan.remove.append(_item(path, "a shard file no current output needs"))
     if dedup:
         drops = sorted((folder / "dedup").glob("drops-*.parquet"), key=lambda p: p.stat().st_mtime)
-        for path in drops[:-1]:
-            plan.remove.append(_item(path, "an earlier dedup outcome (recomputed every run)"))
+        kept = drops[-1:]
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            memo = json.loads((folder / "dedup" / DEDUP_MEMO).read_text())
+            kept = [Path(memo["path"]).resolve()]  # what the current filtered shards applied
+        for path in drops:
+            if path.resolve() not in kept:
+                plan.remove.append(_item(path, "an earlier dedup outcome"))
 
 
 def _plan_scatter(plan: PrunePlan, scatter: Path, filtered: Sequence[ShardRecord]) -> None:

@@ -212,3 +212,26 @@ def test_the_dagster_job_lists_by_default_and_removes_when_told(grown):
         output = next(e for e in result.all_events if e.event_type_value == "STEP_OUTPUT")
         assert "to remove" in output.event_specific_data.metadata["plan"].value
     assert prune(ctx.warehouse_root).remove == []
+
+
+def test_the_dedup_decisions_the_last_step_used_are_kept_even_if_older(tmp_path):
+    """Input A, then A plus a file (B), then A again: the step decides A's duplicates again and
+    finds its decisions file there already (older than B's). Prune keeps that one, which the
+    memo names, not the newest file, so the next unchanged run still reuses it."""
+    import json
+
+    inputs = tmp_path / "in"
+    shutil.copytree(SAMPLE_DIR, inputs)
+    ctx = _ctx(tmp_path / "wh")
+    _run(ctx, inputs)
+    shutil.copy(inputs / "wiki_sample.jsonl", inputs / "again.jsonl")
+    _run(ctx, inputs)
+    (inputs / "again.jsonl").unlink()
+    _run(ctx, inputs)
+    memo = next(ctx.warehouse_root.rglob(f"dedup/{stages.DEDUP_MEMO}"))
+    used = Path(json.loads(memo.read_text())["path"])
+    newest = max(memo.parent.glob("drops-*.parquet"), key=lambda p: p.stat().st_mtime)
+    assert newest != used  # the case at hand
+    removed = {Path(i.path) for i in prune(ctx.warehouse_root, dry_run=False).remove}
+    assert newest in removed and used.exists()
+    assert stages._dedup_memo(memo, json.loads(memo.read_text())["key"]) is not None
