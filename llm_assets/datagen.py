@@ -1639,7 +1639,7 @@ PLANTED_LINES: tuple[PlantedLine, ...] = (
     PlantedLine(
         2222,
         None,
-        'a whitespace-only "text": a valid record, kept by ingest, too short for training',
+        'a whitespace-only "text": a valid record, kept by ingest, empty once normalized',
         b'{"text": "   \\n", "title": "Planted", "id": "planted-blank-text"}',
     ),
 )

@@ -13,6 +13,7 @@ from itertools import islice
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import zstandard
@@ -314,12 +315,33 @@ def test_sample_planted_lines_are_where_the_readme_says():
 
 def test_ingest_rejects_exactly_the_planted_lines():
     from llm_assets.lib.ingest import IngestSpec, read_documents
+    from llm_assets.lib.normalize import NormalizeSpec, normalize_table
 
-    kept, rejected = 0, {}
+    kept, rejected, values, texts = 0, {}, {}, []
     path = SAMPLE_DIR / "wiki_sample.jsonl"
     for result in read_documents(str(path), path.name, IngestSpec()):
         kept += result.kept.num_rows
+        texts.append(result.kept)
         lines, reasons = result.rejects["source_line"], result.rejects["reason"]
         rejected.update(zip(lines.to_pylist(), reasons.to_pylist(), strict=True))
+        values.update(zip(lines.to_pylist(), result.rejects["value"].to_pylist(), strict=True))
     assert rejected == {p.line: p.reason for p in PLANTED_LINES if p.reason}
     assert kept == SAMPLE_WIKI_LINES - len(rejected)
+    # data/README.md's table says what each planted line gives, reject values included (before:
+    # line 777's value was given as the old "absent", and line 2222 as a length-filter reject).
+    readme = (REPO / "data" / "README.md").read_text(encoding="utf-8")
+    rows = {int(m[1]): m[2] for m in re.finditer(r"^\| (\d+) \|.*\| (.*) \|$", readme, re.M)}
+    for line, reason in rejected.items():
+        assert f"reject `{reason}`" in rows[line], line
+        if values[line] not in ("", None) and "value" in rows[line]:
+            assert f"`{values[line]}`" in rows[line], (line, values[line])
+    blank = next(p.line for p in PLANTED_LINES if p.reason is None)
+    normalized = normalize_table(pa.concat_tables(texts), NormalizeSpec())
+    reasons = dict(
+        zip(
+            normalized.rejects["source_line"].to_pylist(),
+            normalized.rejects["reason"].to_pylist(),
+            strict=True,
+        )
+    )
+    assert f"`{reasons[blank]}` in `normalized_documents`" in rows[blank]

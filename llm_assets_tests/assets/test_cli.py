@@ -159,3 +159,19 @@ def test_the_readmes_sensor_command_reaches_the_location_dagster_dev_loads(tmp_p
             for s in instance.all_instigator_state()
         }
     assert states == {("input_folder_sensor", location): InstigatorStatus.RUNNING}
+
+
+def test_the_study_config_is_the_benchmarks_workload(tmp_path):
+    """``configs/study.yaml`` gives the specs the benchmark runs as the study's workload (before:
+    only the preset and min_tokens, so PII redaction, the Gopher rules, the language filter and
+    both dedups stayed on and dropped a third of the documents the study keeps)."""
+    from llm_assets.assets import pipeline
+    from llm_assets.bench.runner import Workload
+    from llm_assets.lib.filters import FilterSpec
+
+    ops = yaml.safe_load((REPO / "configs" / "study.yaml").read_text())["ops"]
+    workload = Workload()
+    normalize = pipeline.NormalizeConfig(**ops["normalized_documents"]["config"])
+    assert pipeline.normalize_spec(normalize) == workload.normalize
+    filters = pipeline.FilterConfig(**ops["filtered_documents"]["config"])
+    assert pipeline.filter_spec(filters, tmp_path) == FilterSpec(length=workload.filter)
