@@ -692,6 +692,19 @@ def line_ranges(path: Path, rows_per_shard: int) -> list[tuple[int, int, int]]:
     return ranges or [(0, 0, 1)]
 
 
+def _line_file(path: Path, fmt: str) -> bool:
+    """Whether ``path`` is plain JSON Lines that can be cut into line ranges: a ``.jsonl`` file,
+    or a ``.json`` one (as ``Dataset.to_json`` writes JSON Lines) unless it opens a JSON array
+    (read whole: its one ``corrupt_file`` reject says how to convert it)."""
+    if fmt == "jsonl":
+        return True
+    if fmt != "json":
+        return False
+    with open(path, "rb") as handle:
+        head = handle.read(1 << 16).lstrip(b"\xef\xbb\xbf \t\r\n")
+    return not head.startswith(b"[")
+
+
 def _parquet_parts(path: Path, rows_per_shard: int) -> list[tuple[int, int] | None]:
     """The row-group ranges a Parquet input file is read in, one raw shard each (about
     ``rows_per_shard`` rows, whole row groups: :func:`~llm_assets.tasks.row_group_parts`);
@@ -731,7 +744,9 @@ def run_raw_documents(
     for path, rel in list_input_files(input_dir, data_root, ignored):
         stat = path.stat()
         fmt = detect_format(str(path))
-        ranges = line_ranges(path, rows_per_shard) if fmt == "jsonl" else [None]
+        ranges = line_ranges(path, rows_per_shard) if _line_file(path, fmt) else [None]
+        if fmt == "json" and len(ranges) == 1:
+            ranges = [None]  # read whole, as before .json files were cut: same fingerprint
         groups = _parquet_parts(path, rows_per_shard) if fmt == "parquet" else [None]
         if len(groups) > 1:
             ranges = [None] * len(groups)

@@ -7,6 +7,7 @@ plain ``.jsonl`` file (which ingest cuts into line ranges)."""
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from pathlib import Path
 
 import pyarrow as pa
@@ -236,3 +237,24 @@ def test_a_damaged_big_raw_shard_fails_naming_it_and_what_to_do(tmp_path, corpor
         stages.run_normalized_documents(ctx, NormalizeSpec())
     assert stages.run_raw_documents(ctx, corpora[".jsonl.gz"], INGEST, ROWS_PER_SHARD).computed == 1
     assert len(stages.run_normalized_documents(ctx, NormalizeSpec()).shards) == 6
+
+
+def test_a_json_lines_file_named_json_is_cut_into_line_ranges(tmp_path, corpora):
+    """``Dataset.to_json`` writes JSON Lines as ``.json``: cut into line ranges like ``.jsonl``
+    (before: one shard whatever its size), with the same documents; a ``.json`` file holding a
+    JSON array is still read whole, its one reject saying how to convert it."""
+    folder = tmp_path / "json"
+    folder.mkdir()
+    (folder / "corpus.json").write_bytes((corpora[".jsonl"] / "corpus.jsonl").read_bytes())
+    (folder / "array.json").write_text('[{"text": "one"},\n{"text": "two"}]\n' * 1)
+    ctx = _ctx(tmp_path / "wh")
+    raw = stages.run_raw_documents(ctx, folder, INGEST, ROWS_PER_SHARD)
+    assert Counter(s.shard.split("-")[0] for s in raw.shards) == {"corpus.json": 5, "array.json": 1}
+    assert ctx.catalog.query("SELECT reason FROM raw_documents_rejects WHERE "
+                             "source_file = 'array.json'") == [("corrupt_file",)]  # fmt: skip
+    plain = _ctx(tmp_path / "plain")
+    stages.run_raw_documents(plain, corpora[".jsonl"], INGEST, ROWS_PER_SHARD)
+    documents = "SELECT source_line, text, metadata FROM raw_documents WHERE source_file LIKE "
+    assert ctx.catalog.query(documents + "'corpus.json%' ORDER BY 1") == plain.catalog.query(
+        documents + "'corpus.json%' ORDER BY 1"
+    )

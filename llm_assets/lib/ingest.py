@@ -205,11 +205,11 @@ def read_documents(
     at once (:class:`UnsupportedFileError`); the file is opened when iteration starts, and an
     :class:`OSError` from opening it propagates.
 
-    ``byte_range`` (plain ``.jsonl`` only) reads the bytes ``[start, end)``, which must begin and
-    end at line boundaries; ``first_line`` is the 1-based number of its first line, so locations
-    and ``doc_id`` equal those of a whole-file read. A file with no record is one ``empty_file``
-    reject, given by its first range (which looks at the rest of the file only when it found no
-    record itself).
+    ``byte_range`` (plain ``.jsonl`` or ``.json`` JSON Lines only) reads the bytes ``[start,
+    end)``, which must begin and end at line boundaries; ``first_line`` is the 1-based number of
+    its first line, so locations and ``doc_id`` equal those of a whole-file read. A file with no
+    record is one ``empty_file`` reject, given by its first range (which looks at the rest of
+    the file only when it found no record itself).
 
     ``row_groups`` (``.parquet`` only) reads the row groups ``[first, end)``; rows keep their
     numbers in the whole file.
@@ -221,8 +221,8 @@ def read_documents(
         return _read_parquet(path, source_file, spec, row_groups)
     if byte_range is None:
         return _with_empty_file_reject(_READERS[fmt](path, source_file, spec), source_file)
-    if fmt != "jsonl":
-        raise ValueError(f"byte_range only applies to plain .jsonl files, not {path}")
+    if fmt not in ("jsonl", "json"):
+        raise ValueError(f"byte_range only applies to plain .jsonl or .json files, not {path}")
     start, end = byte_range
     results = _read_jsonl_range(path, source_file, spec, start, end, first_line)
     if start == 0:
