@@ -1039,7 +1039,7 @@ def run_filtered_documents(ctx: StageContext, spec: FilterSpec | LengthFilterSpe
         # The list's content, not only its path, decides whether shards are reused.
         config["flagged_words_sha256"] = file_sha256(spec.flagged.path)
     if not spec.dedup:
-        return _run_map_stage(
+        report = _run_map_stage(
             ctx,
             asset=FILTERED_DOCUMENTS,
             upstream=TOKENIZED_DOCUMENTS,
@@ -1047,6 +1047,8 @@ def run_filtered_documents(ctx: StageContext, spec: FilterSpec | LengthFilterSpe
             spec=spec,
             config=config,
         )
+        _refuse_nothing_kept(ctx, report)
+        return report
     annotated = _run_map_stage(
         ctx,
         asset=FILTERED_DOCUMENTS,
@@ -1099,7 +1101,7 @@ def run_filtered_documents(ctx: StageContext, spec: FilterSpec | LengthFilterSpe
         "filter_seconds": round(annotated.seconds, 3),
         SECONDS_BY_PART: annotated.extra[SECONDS_BY_PART],  # the annotate phase's, then apply's
     }
-    return _execute(
+    report = _execute(
         ctx,
         asset=FILTERED_DOCUMENTS,
         stage_fp=stage_fp,
@@ -1109,6 +1111,32 @@ def run_filtered_documents(ctx: StageContext, spec: FilterSpec | LengthFilterSpe
         fn=run_dedup_apply,
         extra=extra,
         started=started,  # all three phases, not only the last
+    )
+    _refuse_nothing_kept(ctx, report)
+    return report
+
+
+class NothingKeptError(StageInputError):
+    """``filtered_documents`` had documents but kept none: training_batches would be empty and
+    the training loop would run zero steps. Raised after the shards and rejects are recorded,
+    so the rejects can be queried (``filtered_documents_rejects``)."""
+
+
+def _refuse_nothing_kept(ctx: StageContext, report: StageReport) -> None:
+    """Raise :class:`NothingKeptError` when documents came in and the filters rejected all of
+    them (a language list that excludes the corpus, bounds no document meets...), naming the
+    reject counts by reason (before: the run succeeded, with a batches folder of no file)."""
+    if report.rows_in == 0 or report.rows_out > 0:
+        return
+    reasons = report.reject_reasons or {"(unknown)": report.rows_rejected}
+    raise NothingKeptError(
+        f"{FILTERED_DOCUMENTS}: no document kept: the filters rejected all {report.rows_in} "
+        f"document(s) ({_top_reasons(reasons, 5)}), so training_batches would be empty and "
+        "training would run zero steps. Each reason's filter is a block of "
+        "filtered_documents.config (language.languages, quality, repetition, flagged_words, "
+        "min_tokens / max_tokens, dedup) that can be loosened or turned off (enabled: false). "
+        "Every reject is recorded: SELECT source_file, source_line, reason, value FROM "
+        f"{FILTERED_DOCUMENTS}_rejects (catalog {ctx.catalog.path})."
     )
 
 

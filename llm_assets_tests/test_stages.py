@@ -307,3 +307,42 @@ def test_an_unchanged_rerun_reuses_the_dedup_decisions_and_a_change_decides_agai
                       "LIMIT 5) RETURNING doc_id")  # fmt: skip
     run()
     assert reused not in caplog.text  # another history: decided again
+
+
+def test_filters_that_keep_no_document_fail_the_step_naming_the_reasons(tmp_path):
+    """Every document rejected by the filters: the step fails after recording its shards and
+    rejects, naming the reasons and the SQL to see them (before: the run succeeded and wrote a
+    batches folder of no file, which the reader then refused with FileNotFoundError). A
+    complete folder of no file (a release before this, or training_batches materialized anyway)
+    reads as empty splits."""
+    import logging
+
+    from llm_assets.compute.in_process import InProcessBackend
+    from llm_assets.lib.batching import BatchSpec
+    from llm_assets.lib.filters import LengthFilterSpec
+    from llm_assets.lib.ingest import IngestSpec
+    from llm_assets.lib.normalize import NormalizeSpec
+    from llm_assets.lib.tokenization import TokenizerSpec
+    from llm_assets.reader import TokenBatchDataset, batch_files
+    from llm_assets.warehouse.catalog import Catalog
+    from llm_assets_tests.conftest import SAMPLE_DIR
+
+    ctx = stages.StageContext(
+        warehouse_root=tmp_path / "wh",
+        catalog=Catalog(tmp_path / "wh" / "catalog.duckdb"),
+        compute=InProcessBackend(),
+        log=logging.getLogger("test"),
+    )
+    stages.run_raw_documents(ctx, SAMPLE_DIR, IngestSpec(), 1000)
+    stages.run_normalized_documents(ctx, NormalizeSpec())
+    stages.run_tokenized_documents(ctx, TokenizerSpec())
+    expected = r"the filters rejected all \d+ document\(s\) \(too_few_tokens: \d+\).*_rejects"
+    with pytest.raises(stages.NothingKeptError, match=expected):
+        stages.run_filtered_documents(ctx, LengthFilterSpec(min_tokens=10**6))
+    assert ctx.catalog.query("SELECT DISTINCT reason FROM filtered_documents_rejects") == [
+        ("too_few_tokens",)
+    ]
+    batches = stages.run_training_batches(ctx, BatchSpec())
+    folder = tmp_path / "wh" / "training_batches" / batches.fingerprint
+    assert batch_files(folder, "train") == [] and batch_files(folder) == []
+    assert len(TokenBatchDataset(folder, "train")) == 0
