@@ -314,9 +314,11 @@ def test_automatic_runs_use_the_run_config_file(tmp_path, monkeypatch):
     field."""
     data = tmp_path / "in"
     data.mkdir()
-    (data / "a.jsonl").write_text(
-        "\n".join(json.dumps({"content": f"document {i} " + "word " * 40}) for i in range(3)) + "\n"
-    )
+    # Three long generated paragraphs, which the default filters keep, under "content".
+    from llm_assets.datagen import generate_records
+
+    texts = sorted((r["text"] for r in generate_records(60, seed=1)), key=len)[-3:]
+    (data / "a.jsonl").write_text("\n".join(json.dumps({"content": t}) for t in texts) + "\n")
     _aged(data / "a.jsonl")
     config_file = tmp_path / "mine.yaml"
     config_file.write_text(
