@@ -1283,6 +1283,16 @@ and scatter input (``<shard>-<input fingerprint>``), shared by every batch folde
 Not a batches folder (no ``part-*.parquet``); safe to delete, it is rebuilt when missing."""
 
 
+def scatter_folder_name(
+    shard: str, checksum: str, seed: int, validation_fraction: float, n_buckets: int
+) -> str:
+    """The name of a filtered shard's scatter folder (``training_batches/_scatter/<name>``): its
+    key and the input of its scatter (its checksum, the split and shuffle settings, the scatter
+    format), so every batches folder with these settings shares it."""
+    scatter_fp = fingerprint(checksum, seed, validation_fraction, n_buckets, SCATTER_FORMAT)
+    return f"{shard}-{scatter_fp}"
+
+
 COMPLETE_MARKER = "_COMPLETE.json"
 """Written in a batches folder as the last step of a run that wrote and recorded all of it, and
 removed before a run changes any of its files (as ``llm_assets.reader.COMPLETE_MARKER``, which
@@ -1400,7 +1410,10 @@ def run_training_batches(
         scatter_dirs = []
         for source in upstream:
             input_fp = fingerprint(source.checksum, *scatter_fp_base)
-            out_dir = str(scatter_root / f"{source.shard}-{input_fp}")
+            name = scatter_folder_name(
+                source.shard, source.checksum, spec.seed, spec.validation_fraction, n_buckets
+            )
+            out_dir = str(scatter_root / name)
             scatter_dirs.append(out_dir)
             if not scatter_done(out_dir, input_fp):
                 _check_sources(asset, [source])

@@ -235,3 +235,126 @@ def test_the_dedup_decisions_the_last_step_used_are_kept_even_if_older(tmp_path)
     removed = {Path(i.path) for i in prune(ctx.warehouse_root, dry_run=False).remove}
     assert newest in removed and used.exists()
     assert stages._dedup_memo(memo, json.loads(memo.read_text())["key"]) is not None
+
+
+# --- what a review found prune could lose -------------------------------------------------------
+def _current_files(ctx: stages.StageContext) -> set[Path]:
+    files = set()
+    for asset in PIPELINE_ASSETS:
+        for shard in ctx.catalog.current_shards(asset):
+            files.update(Path(p) for p in (shard.path, shard.rejects_path) if p)
+    return files
+
+
+def test_asset_folders_moved_to_another_disk_behind_links_keep_their_current_outputs(grown):
+    """tokenized_documents and training_batches moved elsewhere and linked back (a full disk):
+    their current folders are kept (before: removed as 'no current ... is in it', the current
+    batches folder with them)."""
+    ctx, *_ = grown
+    root = ctx.warehouse_root
+    elsewhere = root.parent / "other-disk"
+    elsewhere.mkdir()
+    for asset in ("tokenized_documents", TRAINING_BATCHES):
+        shutil.move(str(root / asset), str(elsewhere / asset))
+        (root / asset).symlink_to(elsewhere / asset)
+    prune(root, dry_run=False, keep_batches=0)
+    assert all(path.exists() for path in _current_files(ctx))
+    assert check_complete(Path(ctx.catalog.current_shards(TRAINING_BATCHES)[0].path).parent)
+
+
+def test_a_catalog_written_through_another_path_is_refused_removing_nothing(grown, tmp_path):
+    """A copy of the warehouse (or a bind mount, a container volume): its catalog names files
+    under the other path, so none of this root's files would match a current one. Refused
+    (before: every current shard file was removed)."""
+    ctx, *_ = grown
+    copy = tmp_path / "copy"
+    shutil.copytree(ctx.warehouse_root, copy, symlinks=True)
+    before = sorted(p for p in copy.rglob("*") if p.is_file())
+    with pytest.raises(prune_module.PruneRefusedError, match="written through another path"):
+        prune(copy, dry_run=False)
+    assert sorted(p for p in copy.rglob("*") if p.is_file()) == before
+    assert main(["--warehouse", str(copy), "--yes"]) == 2
+
+
+def test_a_warehouse_without_its_catalog_is_refused_even_with_a_catalog_given(grown):
+    """The catalog moved away (as the unreadable-catalog message advises): the job's catalog
+    object would create an empty one, and every shard would look unneeded. Refused (before:
+    the job removed every stage folder)."""
+    ctx, *_ = grown
+    (ctx.warehouse_root / "catalog.duckdb").rename(ctx.warehouse_root.parent / "moved.duckdb")
+    with pytest.raises(FileNotFoundError, match=r"has no catalog\.duckdb"):
+        prune(ctx.warehouse_root, dry_run=False, catalog=Catalog(ctx.warehouse_root / "c.duckdb"))
+    assert not (ctx.warehouse_root / "catalog.duckdb").exists()
+    assert all(path.exists() for path in _current_files_from(ctx.warehouse_root))
+
+
+def _current_files_from(root: Path) -> list[Path]:
+    return [p for p in root.rglob("part-*.parquet")]
+
+
+class _KilledAfter(InProcessBackend):
+    """Runs the first ``n`` tasks of a stage, then fails as a killed or full-disk run would."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.n = n
+
+    def run(self, fn, tasks, on_result=None):
+        for i, task in enumerate(tasks[: self.n]):
+            result = fn(task)
+            if on_result is not None:
+                on_result(i, result)
+        raise RuntimeError("no space left on device")
+
+
+def test_the_progress_of_a_run_that_did_not_finish_is_kept_for_its_retry(grown):
+    """A run with a new config fails after 3 shards (its error says they are kept and reused);
+    pruning to free space keeps them (before: removed with their folder, as no current output
+    is in it), and the retry computes only the rest."""
+    ctx, *_ = grown
+    failing = stages.StageContext(
+        warehouse_root=ctx.warehouse_root,
+        catalog=ctx.catalog,
+        compute=_KilledAfter(3),
+        log=logging.getLogger("test"),
+    )
+    with pytest.raises(RuntimeError, match="no space left"):
+        stages.run_normalized_documents(failing, NormalizeSpec(preset="none"))
+    plan = prune(ctx.warehouse_root, dry_run=False)
+    assert any(prune_module.UNFINISHED in item.why for item in plan.keep)
+    retry = stages.run_normalized_documents(ctx, NormalizeSpec(preset="none"))
+    assert (retry.computed, retry.skipped) == (len(retry.shards) - 3, 3)
+
+
+def test_files_and_folders_that_are_not_the_pipelines_are_left_alone(grown):
+    ctx, *_ = grown
+    root = ctx.warehouse_root
+    current = Path(ctx.catalog.current_shards(TRAINING_BATCHES)[0].path).parent
+    (root / TRAINING_BATCHES / "hf_export").mkdir()
+    (root / TRAINING_BATCHES / "hf_export" / "data.arrow").write_text("mine")
+    (root / TRAINING_BATCHES / "latest").symlink_to(current)
+    (root / "raw_documents" / "manual_backup").mkdir()
+    (root / "raw_documents" / "NOTES.txt").write_text("mine")
+    prune(root, dry_run=False, keep_batches=0)
+    assert (root / TRAINING_BATCHES / "hf_export" / "data.arrow").exists()
+    assert (root / TRAINING_BATCHES / "latest").resolve() == current.resolve()
+    assert (root / "raw_documents" / "manual_backup").is_dir()
+    assert (root / "raw_documents" / "NOTES.txt").exists()
+
+
+def test_the_scatter_of_the_current_batches_is_kept_not_the_newest(tmp_path, caplog):
+    """Seeds 0, 1, then 0 again (its complete folder reused, its scatter untouched): prune keeps
+    seed 0's scatter folders, which the current batches were made from, so adding a file
+    scatters only that file's shard (before: seed 1's were kept as the newest, and every shard
+    was scattered again)."""
+    inputs = tmp_path / "in"
+    shutil.copytree(SAMPLE_DIR, inputs, ignore=shutil.ignore_patterns("notes.txt"))
+    ctx = _ctx(tmp_path / "wh")
+    for seed in (0, 1, 0):
+        _run(ctx, inputs, seed=seed)
+    prune(ctx.warehouse_root, dry_run=False, keep_batches=0)
+    shutil.copy(SAMPLE_DIR / "notes.txt", inputs / "notes.txt")
+    with caplog.at_level(logging.INFO, logger="test"):
+        _run(ctx, inputs, seed=0)
+    filtered = len(ctx.catalog.current_shards(FILTERED_DOCUMENTS))
+    assert f"scattering 1 of {filtered} shard(s)" in caplog.text
