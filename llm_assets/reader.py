@@ -229,16 +229,16 @@ def _file_order(path: Path) -> tuple[str, int, str]:
 
 def batch_files(source: str | Path | Sequence[str | Path], split: str | None = None) -> list[Path]:
     """The Parquet files of a batches folder (optionally one split), or an explicit list.
+
     Only the folder's own ``part-*.parquet``: its ``megatron/`` export is not batch files. Files
     are in split, then numeric bucket order (the shuffle's order; not name order, which puts
-    ``part-train-100000`` before ``part-train-99999``). A folder without any batch file (and no
-    completion marker) raises ``FileNotFoundError``; one with batch files but none of ``split``
-    gives ``[]`` (an empty split: ``validation_fraction: 0``, or every document drawn into the
-    other split) when ``split`` is one of :data:`SPLITS`, and ``ValueError`` for another name (a
-    complete folder with no file at all, as a run that kept no document writes, gives ``[]`` for
-    every split of :data:`SPLITS`). A folder that is not marked complete, or whose files differ
-    from its marker's list, raises :class:`IncompleteBatchesError` (:func:`check_complete`).
-    Explicit files (a list, or one file's path) are returned as given, unchecked."""
+    ``part-train-100000`` before ``part-train-99999``). A folder without any batch file raises
+    ``FileNotFoundError``; one with batch files but none of ``split`` gives ``[]`` (an empty
+    split: ``validation_fraction: 0``, or every document drawn into the other split) when
+    ``split`` is one of :data:`SPLITS`, and ``ValueError`` for another name. A folder that is not
+    marked complete, or whose files differ from its marker's list, raises
+    :class:`IncompleteBatchesError` (:func:`check_complete`). Explicit files (a list, or one
+    file's path) are returned as given, unchecked."""
     return _resolve(source, split)[0]
 
 
@@ -255,9 +255,15 @@ def _resolve(
     every = sorted(root.glob("part-*.parquet"), key=_file_order)
     if every or (root / COMPLETE_MARKER).exists():
         _check_marker(root, every)
-    if not every and not (root / COMPLETE_MARKER).exists():
+    if not every and (root / COMPLETE_MARKER).exists():
+        # Complete and empty: read as empty splits, training would run zero steps unnoticed.
+        raise FileNotFoundError(
+            f"no batch files (part-*.parquet) under {root}: the run that wrote it kept no "
+            "document (its completion marker lists no file); see why in the warehouse "
+            "catalog: SELECT stage, reason, count(*) FROM rejects GROUP BY ALL ORDER BY 3 DESC"
+        )
+    if not every:
         raise FileNotFoundError(f"no batch files (part-*.parquet) under {root}")
-    # A complete folder may hold no file at all (no document was kept): every split is empty.
     if split is None:
         return every, every
     files = [p for p in every if _file_order(p)[0] == split]

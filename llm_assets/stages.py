@@ -978,7 +978,7 @@ def _rows_per_shard(raw: ShardRecord) -> int:
 @_catalog_session
 def run_normalized_documents(ctx: StageContext, spec: NormalizeSpec) -> StageReport:
     """Normalize the text of every raw shard."""
-    return _run_map_stage(
+    report = _run_map_stage(
         ctx,
         asset=NORMALIZED_DOCUMENTS,
         upstream=RAW_DOCUMENTS,
@@ -987,6 +987,8 @@ def run_normalized_documents(ctx: StageContext, spec: NormalizeSpec) -> StageRep
         config=asdict(spec),
         split_big_shards=True,
     )
+    _refuse_nothing_kept(ctx, report)
+    return report
 
 
 def tokenizer_metadata(spec: TokenizerSpec) -> dict[str, str]:
@@ -1023,6 +1025,7 @@ def run_tokenized_documents(ctx: StageContext, spec: TokenizerSpec) -> StageRepo
     )
     report.extra["tokenizer"] = meta[f"{TOKENIZER_META}name"]
     report.extra["tokenizer_fingerprint"] = meta[f"{TOKENIZER_META}fingerprint"]
+    _refuse_nothing_kept(ctx, report)
     return report
 
 
@@ -1117,26 +1120,52 @@ def run_filtered_documents(ctx: StageContext, spec: FilterSpec | LengthFilterSpe
 
 
 class NothingKeptError(StageInputError):
-    """``filtered_documents`` had documents but kept none: training_batches would be empty and
-    the training loop would run zero steps. Raised after the shards and rejects are recorded,
-    so the rejects can be queried (``filtered_documents_rejects``)."""
+    """A stage after ``raw_documents`` had documents but kept none (or ``training_batches`` got
+    none): training would run zero steps. Raised after the stage's shards and rejects are
+    recorded, so the rejects can be queried (``<asset>_rejects``)."""
+
+
+_SETTING_OF_REASON = {
+    "empty_after_normalize": "normalized_documents.config.preset (or strip_html)",
+    "pii_density": "normalized_documents.config.pii / pii_max_density",
+    "missing_prompt_field": "tokenized_documents.config.prompt_template (the fields it names)",
+    "too_few_tokens": "filtered_documents.config.min_tokens",
+    "too_many_tokens": "filtered_documents.config.max_tokens",
+    "wrong_language": "filtered_documents.config.language.languages (or enabled: false)",
+    "low_language_score": "filtered_documents.config.language.min_score (or enabled: false)",
+    "missing_label": "filtered_documents.config.label_field",
+    "unmapped_label": "filtered_documents.config.label_mapping",
+    "flagged_words": "filtered_documents.config.flagged_words (or enabled: false)",
+    "exact_duplicate": "filtered_documents.config.dedup.exact",
+    "near_duplicate": "filtered_documents.config.dedup.near",
+}
+"""The setting to look at when a reject reason takes every document; the Gopher quality and
+repetition reasons are many (``too_few_words``, ``dup_line_ratio``...): their blocks are named
+by prefix in :func:`_setting_of`."""
+
+
+def _setting_of(reason: str) -> str:
+    if reason in _SETTING_OF_REASON:
+        return _SETTING_OF_REASON[reason]
+    if reason.startswith(("dup_", "top_")):
+        return "filtered_documents.config.repetition (or enabled: false)"
+    return "filtered_documents.config.quality (or enabled: false)"
 
 
 def _refuse_nothing_kept(ctx: StageContext, report: StageReport) -> None:
-    """Raise :class:`NothingKeptError` when documents came in and the filters rejected all of
-    them (a language list that excludes the corpus, bounds no document meets...), naming the
-    reject counts by reason (before: the run succeeded, with a batches folder of no file)."""
+    """Raise :class:`NothingKeptError` when documents came in and the stage rejected all of
+    them (a language list that excludes the corpus, a prompt template naming fields the rows
+    lack, bounds no document meets...), naming the reject counts by reason and the setting of
+    the top one (before: the run succeeded, with a batches folder of no file)."""
     if report.rows_in == 0 or report.rows_out > 0:
         return
     reasons = report.reject_reasons or {"(unknown)": report.rows_rejected}
+    top = max(reasons.items(), key=lambda item: (item[1], item[0]))[0]
     raise NothingKeptError(
-        f"{FILTERED_DOCUMENTS}: no document kept: the filters rejected all {report.rows_in} "
-        f"document(s) ({_top_reasons(reasons, 5)}), so training_batches would be empty and "
-        "training would run zero steps. Each reason's filter is a block of "
-        "filtered_documents.config (language.languages, quality, repetition, flagged_words, "
-        "min_tokens / max_tokens, dedup) that can be loosened or turned off (enabled: false). "
-        "Every reject is recorded: SELECT source_file, source_line, reason, value FROM "
-        f"{FILTERED_DOCUMENTS}_rejects (catalog {ctx.catalog.path})."
+        f"{report.asset}: no document kept: all {report.rows_in} document(s) were rejected "
+        f"({_top_reasons(reasons, 5)}), so training would run zero steps. Look at "
+        f"{_setting_of(top)} ({top}). Every reject is recorded: SELECT source_file, "
+        f"source_line, reason, value FROM {report.asset}_rejects (catalog {ctx.catalog.path})."
     )
 
 
@@ -1221,15 +1250,21 @@ def _resolve_duplicates(
 
 
 def _seen_state(con: Any, scope: str) -> list[Any]:
-    """How many documents the dedup history of ``scope`` holds, and its last run number (a
-    catalog without the history, or with an earlier release's, has none to compare)."""
+    """How many documents the dedup history of ``scope`` holds, its last run number and a digest
+    of its (document, run) rows, so that any edit of it shows (a catalog without the history, or
+    with an earlier release's, has none to compare)."""
     try:
-        count, last = con.execute(
-            f"SELECT count(*), coalesce(max(run), 0) FROM {SEEN_TABLE} WHERE scope = ?", [scope]
+        count, last, digest = con.execute(
+            # One string per row: hash(a, b) combines linearly, so swapping the runs of two
+            # sets of odd sizes gave the same xor.
+            "SELECT count(*), coalesce(max(run), 0), "
+            "coalesce(bit_xor(hash(doc_id || '#' || run::VARCHAR)), 0) "
+            f"FROM {SEEN_TABLE} WHERE scope = ?",
+            [scope],
         ).fetchone()
     except duckdb.Error:
         return ["none"]
-    return [int(count), int(last)]
+    return [int(count), int(last), int(digest)]
 
 
 def _drops_digest(drops: pa.Table) -> str:
@@ -1346,6 +1381,13 @@ def run_training_batches(
     started = time.time()
     asset = TRAINING_BATCHES
     upstream = _upstream(ctx, FILTERED_DOCUMENTS)
+    if not sum(source.rows_out for source in upstream):
+        raise NothingKeptError(
+            f"{asset}: {FILTERED_DOCUMENTS} holds no document, so the batches would be empty "
+            "and training would run zero steps: see why in the catalog (SELECT stage, reason, "
+            f"count(*) FROM rejects GROUP BY ALL ORDER BY 3 DESC; catalog {ctx.catalog.path}), "
+            "and materialize the stages before it again"
+        )
     # The padded layout pads every row to seq_len (pad_to: longest, to at most seq_len): short
     # documents grow many times over, so its buckets are also bounded in padded tokens.
     n_buckets = shuffle_bucket_count(

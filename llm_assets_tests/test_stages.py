@@ -303,18 +303,23 @@ def test_an_unchanged_rerun_reuses_the_dedup_decisions_and_a_change_decides_agai
         path.write_bytes(path.read_bytes()[:100])  # damaged: decided again, same outcome
     assert run() == grown and reused not in caplog.text
     assert drops.stat().st_size > 100
+    # Runs 1 and 2 swapped by hand: the same count and last run, another history.
+    ctx.catalog.query("UPDATE dedup_seen SET run = 3 - run WHERE run IN (1, 2) RETURNING run")
+    run()
+    assert reused not in caplog.text
     ctx.catalog.query("DELETE FROM dedup_seen WHERE doc_id IN (SELECT doc_id FROM dedup_seen "
                       "LIMIT 5) RETURNING doc_id")  # fmt: skip
     run()
     assert reused not in caplog.text  # another history: decided again
 
 
-def test_filters_that_keep_no_document_fail_the_step_naming_the_reasons(tmp_path):
-    """Every document rejected by the filters: the step fails after recording its shards and
-    rejects, naming the reasons and the SQL to see them (before: the run succeeded and wrote a
-    batches folder of no file, which the reader then refused with FileNotFoundError). A
-    complete folder of no file (a release before this, or training_batches materialized anyway)
-    reads as empty splits."""
+def test_a_stage_that_keeps_no_document_fails_naming_the_reasons_and_the_setting(tmp_path):
+    """Every document rejected by a stage after ingest (the filters, or a prompt template that
+    names fields the rows lack): the stage fails after recording its shards and rejects, naming
+    the reasons, the setting to look at and the SQL (before: the run succeeded and wrote a
+    batches folder of no file, which the reader then refused). training_batches materialized
+    on its own after that refuses the empty upstream; the reader refuses an empty folder."""
+    import json as json_module
     import logging
 
     from llm_assets.compute.in_process import InProcessBackend
@@ -323,7 +328,7 @@ def test_filters_that_keep_no_document_fail_the_step_naming_the_reasons(tmp_path
     from llm_assets.lib.ingest import IngestSpec
     from llm_assets.lib.normalize import NormalizeSpec
     from llm_assets.lib.tokenization import TokenizerSpec
-    from llm_assets.reader import TokenBatchDataset, batch_files
+    from llm_assets.reader import COMPLETE_MARKER, batch_files
     from llm_assets.warehouse.catalog import Catalog
     from llm_assets_tests.conftest import SAMPLE_DIR
 
@@ -335,14 +340,21 @@ def test_filters_that_keep_no_document_fail_the_step_naming_the_reasons(tmp_path
     )
     stages.run_raw_documents(ctx, SAMPLE_DIR, IngestSpec(), 1000)
     stages.run_normalized_documents(ctx, NormalizeSpec())
+    sft = TokenizerSpec(prompt_template="### Instruction:\n{instruction}\n\n### Response:\n")
+    with pytest.raises(stages.NothingKeptError, match=r"tokenized_documents: no document kept.*"
+                       r"missing_prompt_field.*prompt_template"):  # fmt: skip
+        stages.run_tokenized_documents(ctx, sft)
     stages.run_tokenized_documents(ctx, TokenizerSpec())
-    expected = r"the filters rejected all \d+ document\(s\) \(too_few_tokens: \d+\).*_rejects"
+    expected = r"all \d+ document\(s\) were rejected \(too_few_tokens: \d+\).*min_tokens.*_rejects"
     with pytest.raises(stages.NothingKeptError, match=expected):
         stages.run_filtered_documents(ctx, LengthFilterSpec(min_tokens=10**6))
     assert ctx.catalog.query("SELECT DISTINCT reason FROM filtered_documents_rejects") == [
         ("too_few_tokens",)
     ]
-    batches = stages.run_training_batches(ctx, BatchSpec())
-    folder = tmp_path / "wh" / "training_batches" / batches.fingerprint
-    assert batch_files(folder, "train") == [] and batch_files(folder) == []
-    assert len(TokenBatchDataset(folder, "train")) == 0
+    with pytest.raises(stages.NothingKeptError, match="filtered_documents holds no document"):
+        stages.run_training_batches(ctx, BatchSpec())
+    empty = tmp_path / "empty"  # as a release before the refusal wrote it
+    empty.mkdir()
+    (empty / COMPLETE_MARKER).write_text(json_module.dumps({"files": {}}))
+    with pytest.raises(FileNotFoundError, match="kept no document"):
+        batch_files(empty, "train")

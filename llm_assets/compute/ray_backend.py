@@ -643,6 +643,8 @@ class RayBackend(ComputeBackend):
         for index, task in enumerate(tasks):
             if self._ready.is_set():
                 return
+            # No heartbeat reaches this process while it computes: say what it is on.
+            self.log.info(f"shard {task_key(task)}: running in this process while Ray starts")
             try:
                 results[index] = fn(task)
             except Exception as exc:
