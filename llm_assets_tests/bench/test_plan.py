@@ -100,7 +100,13 @@ def test_an_interrupted_corpus_generation_leaves_no_temporary_file(tmp_path):
         "from llm_assets.bench.runner import ensure_corpus; "
         f"ensure_corpus({str(tmp_path)!r}, {size})"
     )
-    child = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE)
+    # SIGINT as a terminal gives it: a shell's background job (nohup ... &) starts with it
+    # ignored, and Python then never raises KeyboardInterrupt.
+    child = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stderr=subprocess.PIPE,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     folder = corpus_path(tmp_path, size).parent
     try:
         deadline = time.monotonic() + 120
