@@ -17,6 +17,7 @@ import struct
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from itertools import chain
 from typing import IO, Any
 
@@ -26,6 +27,7 @@ import pyarrow.parquet as pq
 import zstandard
 
 from llm_assets.lib.schema import (
+    CHAT_MESSAGES,
     DOCUMENT_SCHEMA,
     SAMPLE_CHARS,
     StageResult,
@@ -87,6 +89,10 @@ naming the rows."""
 TRUNCATED_FILE = "truncated_file"
 """A gzip or zstd stream ends early: the records before the cut are kept, one reject at the next
 line."""
+INVALID_CHAT = "invalid_chat"
+"""With ``chat_field``: the field holds no conversation to learn from; value = what is wrong (a
+string that is not JSON, not a list of messages, a message without a role or text content, the
+last message not the assistant's). An absent or null field is ``missing_text``."""
 
 REJECT_REASONS: tuple[str, ...] = (
     EMPTY_FILE,
@@ -99,6 +105,7 @@ REJECT_REASONS: tuple[str, ...] = (
     MALFORMED_RECORD,
     CORRUPT_FILE,
     TRUNCATED_FILE,
+    INVALID_CHAT,
 )
 
 _MISSING = object()
@@ -158,12 +165,26 @@ class IngestSpec:
     (JSONL: line bytes, CSV: field characters, TXT: paragraph bytes; Parquet: the rows per batch
     that the file's row group sizes give). Depends on the input only: output is deterministic."""
     csv_delimiter: str = ","
+    chat_field: str | None = None
+    """Chat rows: the field (column) holding a conversation, a list of ``{"role", "content"}``
+    messages (or ShareGPT's ``{"from", "value"}``, roles ``human``/``gpt``; a JSON string of
+    such a list, as in a CSV cell, is read too). Replaces ``text_field``: the last message,
+    which must be the assistant's, is the text (the response, learned), and the messages before
+    it go to the metadata as ``messages`` (:data:`~llm_assets.lib.schema.CHAT_MESSAGES`), which
+    ``tokenized_documents``' ``chat_template`` renders into the prompt (see :func:`chat_turns`)."""
+
+    @property
+    def field(self) -> str:
+        """The field (column) each record's document is read from."""
+        return self.text_field if self.chat_field is None else self.chat_field
 
     def __post_init__(self) -> None:
         if self.batch_rows < 1:
             raise ValueError(f"batch_rows must be at least 1, got {self.batch_rows}")
         if self.batch_bytes < 1:
             raise ValueError(f"batch_bytes must be at least 1, got {self.batch_bytes}")
+        if self.chat_field is not None and not self.chat_field:
+            raise ValueError("chat_field must name a field, got an empty string")
         # The csv module checks its delimiter only when a file is opened, in a worker, after
         # other shards' work: check it when the spec is made, at the run's first step.
         delimiter = self.csv_delimiter
@@ -371,6 +392,117 @@ def _text_problem(value: Any, text_field: str, record: dict[str, Any]) -> tuple[
     if value is None:
         return MISSING_TEXT, _NULL
     return NON_STRING_TEXT, type(value).__name__
+
+
+# --- chat rows --------------------------------------------------------------------------------
+CHAT_ROLES = {"human": "user", "gpt": "assistant"}
+"""ShareGPT's role names and the ones chat templates expect; other roles are kept as written."""
+_ASSISTANT = "assistant"
+
+
+class ChatError(ValueError):
+    """A chat field that holds no conversation to learn from (an ``invalid_chat`` reject)."""
+
+
+def chat_turns(value: Any) -> tuple[str, list[dict[str, str]]]:
+    """The text to learn and the conversation before it, from a chat field's value.
+
+    ``value`` is a list of messages, each ``{"role", "content"}`` (OpenAI, Hugging Face) or
+    ``{"from", "value"}`` (ShareGPT, whose ``human`` and ``gpt`` become ``user`` and
+    ``assistant``), or a JSON string of such a list. A content given as a list of text parts
+    (``[{"type": "text", "text": ...}]``) is their texts joined. The last message must be the
+    assistant's: its content is the document's text (the response, the tokens the loss covers);
+    the messages before it, as ``{"role", "content"}`` objects, are the prompt's context. Every
+    earlier assistant turn is context too: one row teaches one answer.
+
+    Raises :class:`ChatError` saying what is wrong.
+    """
+    if isinstance(value, str):
+        try:
+            value = orjson.loads(value)
+        except orjson.JSONDecodeError as error:
+            raise ChatError(f"a string that is not a JSON list of messages: {error}") from None
+    if not isinstance(value, list):
+        raise ChatError(f"not a list of messages but {_kind(value)}")
+    if not value:
+        raise ChatError("an empty list of messages")
+    turns = [_chat_message(number, message) for number, message in enumerate(value, 1)]
+    role, text = turns[-1]
+    if role != _ASSISTANT:
+        raise ChatError(
+            f"the last message (message {len(turns)}) is from {role!r}, not 'assistant': no "
+            "answer to learn"
+        )
+    return text, [{"role": role, "content": content} for role, content in turns[:-1]]
+
+
+def _chat_message(number: int, message: Any) -> tuple[str, str]:
+    """One message's (role, text content); :class:`ChatError` naming the message otherwise."""
+    if not isinstance(message, dict):
+        raise ChatError(f"message {number} is not an object but {_kind(message)}")
+    role = message.get("role", message.get("from", _MISSING))
+    content = message.get("content", message.get("value", _MISSING))
+    if role is _MISSING or content is _MISSING:
+        keys = ", ".join(sorted(map(str, message))[:_MAX_NAMES]) or "none"
+        raise ChatError(
+            f"message {number} has no 'role' and 'content' (nor ShareGPT's 'from' and "
+            f"'value'); its keys: {keys}"
+        )
+    if not isinstance(role, str):
+        raise ChatError(f"message {number}'s role is not a string but {_kind(role)}")
+    role = CHAT_ROLES.get(role, role)
+    if isinstance(content, list) and all(
+        isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)
+        for part in content
+    ):
+        content = "".join(part["text"] for part in content)
+    if not isinstance(content, str):
+        what = "text parts only" if isinstance(content, list) else "a string"
+        raise ChatError(
+            f"message {number} ({role}) has a content of {_kind(content)}, not {what}: only "
+            "text conversations are read"
+        )
+    return role, content
+
+
+def _kind(value: Any) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def _chat_document(value: Any, others: dict[str, Any], chat_field: str) -> tuple[str, bytes]:
+    """A chat row's text and metadata: its other fields (``others``) plus the conversation before
+    the answer under :data:`~llm_assets.lib.schema.CHAT_MESSAGES`. :class:`ChatError` if the
+    value holds no conversation or another field already has that name; ``orjson`` errors pass
+    through."""
+    text, history = chat_turns(value)
+    if chat_field != CHAT_MESSAGES and CHAT_MESSAGES in others:
+        raise ChatError(
+            f"the record has a field {CHAT_MESSAGES!r} beside the chat field {chat_field!r}: "
+            f"the conversation is stored as {CHAT_MESSAGES!r}, which would hide it"
+        )
+    others[CHAT_MESSAGES] = history
+    return text, orjson.dumps(others)
+
+
+def _keep_chat(
+    batch: _Batch,
+    line: int,
+    value: Any,
+    others: dict[str, Any],
+    chat_field: str,
+    sample: Callable[[], str],
+) -> None:
+    """Keep a chat row, or reject it (``invalid_chat``; ``malformed_record`` for other fields
+    that cannot be stored as metadata)."""
+    try:
+        text, metadata = _chat_document(value, others, chat_field)
+    except ChatError as error:
+        batch.reject(line, INVALID_CHAT, str(error), sample())
+    except orjson.JSONEncodeError as error:
+        value = f"its other fields cannot be stored as metadata: {error}"
+        batch.reject(line, MALFORMED_RECORD, value, sample())
+    else:
+        batch.keep(line, text, metadata)
 
 
 def _sample(raw: bytes) -> str:
@@ -741,7 +873,8 @@ def _read_jsonl_stream(
     )
     loads, dumps, decode_error = orjson.loads, orjson.dumps, orjson.JSONDecodeError
     encode_error = orjson.JSONEncodeError
-    text_field, batch_rows, missing = spec.text_field, spec.batch_rows, _MISSING
+    text_field, batch_rows, missing = spec.field, spec.batch_rows, _MISSING
+    chat_field = spec.chat_field
     batch_bytes = spec.batch_bytes
     pending = pending_bytes = 0
     lineno = 0
@@ -757,7 +890,7 @@ def _read_jsonl_stream(
             else:
                 if type(record) is dict:
                     text = record.pop(text_field, missing)
-                    if type(text) is str:
+                    if type(text) is str and chat_field is None:
                         try:
                             metadata = dumps(record) if record else None
                         except encode_error as error:  # e.g. nested deeper than orjson writes
@@ -771,6 +904,8 @@ def _read_jsonl_stream(
                             keep_line(lineno)
                             keep_text(text)
                             keep_metadata(metadata)
+                    elif chat_field is not None and text is not missing and text is not None:
+                        _keep_chat(batch, lineno, text, record, chat_field, partial(_sample, raw))
                     else:
                         batch.reject(lineno, *_text_problem(text, text_field, record), _sample(raw))
                 else:
@@ -812,12 +947,12 @@ def _read_txt(path: str, source_file: str, spec: IngestSpec) -> Iterator[StageRe
                 batch.nbytes += len(raw)
                 continue
             if paragraph:
-                _add_paragraph(batch, first_line, paragraph)
+                _add_paragraph(batch, first_line, paragraph, spec)
                 paragraph = []
                 if batch.full(spec):
                     yield batch.flush()
     if paragraph:
-        _add_paragraph(batch, first_line, paragraph)
+        _add_paragraph(batch, first_line, paragraph, spec)
     if len(batch):
         yield batch.flush()
 
@@ -831,12 +966,18 @@ def _chomp(raw: bytes) -> bytes:
     return raw
 
 
-def _add_paragraph(batch: _Batch, first_line: int, lines: list[bytes]) -> None:
+def _add_paragraph(batch: _Batch, first_line: int, lines: list[bytes], spec: IngestSpec) -> None:
+    """Keep a paragraph (with ``chat_field``: read as a JSON list of messages)."""
     joined = b"\n".join(lines)
     try:
-        batch.keep(first_line, joined.decode("utf-8"), None)
+        text = joined.decode("utf-8")
     except UnicodeDecodeError as error:
         batch.reject(first_line, INVALID_UTF8, str(error), _sample(joined))
+        return
+    if spec.chat_field is None:
+        batch.keep(first_line, text, None)
+    else:
+        _keep_chat(batch, first_line, text, {}, spec.chat_field, partial(_sample, joined))
 
 
 # --- CSV --------------------------------------------------------------------------------------
@@ -868,7 +1009,7 @@ def _read_csv(path: str, source_file: str, spec: IngestSpec) -> Iterator[StageRe
             batch.reject(0, CORRUPT_FILE, value, _repair(lines.record()))
             yield batch.flush()
             return
-        text_index = header.index(spec.text_field) if spec.text_field in header else None
+        text_index = header.index(spec.field) if spec.field in header else None
         keys = _metadata_keys(header)
         others = [(i, key) for i, key in enumerate(keys) if i != text_index]
         record = 0
@@ -985,8 +1126,13 @@ def _add_csv_record(
         batch.reject(record, INVALID_UTF8, utf8_error, _repair(spec.csv_delimiter.join(row)))
         return
     if text_index is None:
-        value = _absent("column", spec.text_field, (name for _, name in others))
+        value = _absent("column", spec.field, (name for _, name in others))
         batch.reject(record, MISSING_TEXT, value, spec.csv_delimiter.join(row))
+        return
+    if spec.chat_field is not None:
+        fields = {name: row[i] for i, name in others}
+        sample = partial(spec.csv_delimiter.join, row)
+        _keep_chat(batch, record, row[text_index], fields, spec.chat_field, sample)
         return
     metadata = orjson.dumps({name: row[i] for i, name in others}) if others else None
     batch.keep(record, row[text_index], metadata)
@@ -1046,7 +1192,7 @@ def _read_parquet(
             # with the file (see llm_assets.tasks.row_group_batches).
             for group in range(first, end):
                 for record_batch in parquet.iter_batches(batch_size=batch_size, row_groups=[group]):
-                    yield _parquet_result(record_batch, rows_read, source_file, spec.text_field)
+                    yield _parquet_result(record_batch, rows_read, source_file, spec)
                     rows_read += record_batch.num_rows
             return
         except _PARQUET_ERRORS:
@@ -1073,7 +1219,7 @@ def _parquet_row_groups_from(
             continue
         batch_size = parquet_batch_rows(parquet.metadata, spec.batch_rows, spec.batch_bytes)
         for record_batch in table.to_batches(max_chunksize=batch_size):
-            yield _parquet_result(record_batch, rows_read, source_file, spec.text_field)
+            yield _parquet_result(record_batch, rows_read, source_file, spec)
             rows_read += record_batch.num_rows
 
 
@@ -1102,15 +1248,17 @@ def _corrupt(source_file: str, line: int, value: str) -> StageResult:
 
 
 def _parquet_result(
-    record_batch: pa.RecordBatch, rows_before: int, source_file: str, text_field: str
+    record_batch: pa.RecordBatch, rows_before: int, source_file: str, spec: IngestSpec
 ) -> StageResult:
     """Split one record batch into kept documents and rejects (row numbers are 1-based).
 
-    The first column named ``text_field`` is the text; the others go to metadata under
-    :func:`_metadata_keys` (a repeated name gets ``#2``...). Parquet readers do not check the
-    values: a row with invalid UTF-8 in any column is an ``invalid_utf8`` reject, one with another
-    value Arrow's validation refuses a ``malformed_record`` reject.
+    The first column named ``text_field`` (``chat_field``) is the text (the conversation); the
+    others go to metadata under :func:`_metadata_keys` (a repeated name gets ``#2``...). Parquet
+    readers do not check the values: a row with invalid UTF-8 in any column is an
+    ``invalid_utf8`` reject, one with another value Arrow's validation refuses a
+    ``malformed_record`` reject.
     """
+    text_field, chat_field = spec.field, spec.chat_field
     names = record_batch.schema.names
     keys = _metadata_keys(names)
     columns = [_plain_strings(column) for column in record_batch.columns]
@@ -1120,22 +1268,27 @@ def _parquet_result(
         [column for i, column in enumerate(columns) if i != text_at],
         [key for i, key in enumerate(keys) if i != text_at],
     )
-    problems = _parquet_text_problems(text, record_batch.num_rows, text_field, keys)
+    problems = _parquet_text_problems(
+        text, record_batch.num_rows, text_field, keys, any_type=chat_field is not None
+    )
     invalid = _invalid_rows(columns, keys)
     for row, problem in invalid.items():
         if problems[row] is None:
             problems[row] = problem
+    chats = {}
+    if chat_field is not None and text is not None:
+        chats = _parquet_chats(text, others, problems, chat_field)
     kept = [i for i, problem in enumerate(problems) if problem is None]
     rejected = [i for i, problem in enumerate(problems) if problem is not None]
     kept_index = pa.array(kept, pa.int64())
-    texts = text.take(kept_index).cast(pa.string()) if kept else pa.array([], pa.string())
+    if chat_field is not None:
+        texts = pa.array([chats[i][0] for i in kept], pa.string())
+        metadata: list[bytes | None] = [chats[i][1] for i in kept]
+    else:
+        texts = text.take(kept_index).cast(pa.string()) if kept else pa.array([], pa.string())
+        metadata = _metadata_json(others.take(kept_index))
     return StageResult(
-        kept=_kept_table(
-            source_file,
-            [rows_before + i + 1 for i in kept],
-            texts,
-            _metadata_json(others.take(kept_index)),
-        ),
+        kept=_kept_table(source_file, [rows_before + i + 1 for i in kept], texts, metadata),
         rejects=_rejects(
             source_file,
             [rows_before + i + 1 for i in rejected],
@@ -1144,6 +1297,32 @@ def _parquet_result(
             _parquet_samples(columns, keys, rejected, invalid),
         ),
     )
+
+
+def _parquet_chats(
+    column: pa.Array,
+    others: pa.RecordBatch,
+    problems: list[tuple[str, str] | None],
+    chat_field: str,
+) -> dict[int, tuple[str, bytes]]:
+    """Row -> (text, metadata) of each row still without a problem whose chat column holds a
+    conversation; the others get their ``invalid_chat`` reject in ``problems``."""
+    rows = [i for i, problem in enumerate(problems) if problem is None]
+    index = pa.array(rows, pa.int64())
+    values = column.take(index)
+    try:
+        conversations = values.to_pylist()
+    except (OverflowError, ValueError):
+        conversations = [_as_py(value) for value in values]
+    chats = {}
+    for row, value, fields in zip(
+        rows, conversations, _metadata_json(others.take(index)), strict=True
+    ):
+        try:
+            chats[row] = _chat_document(value, orjson.loads(fields) if fields else {}, chat_field)
+        except ChatError as error:
+            problems[row] = (INVALID_CHAT, str(error))
+    return chats
 
 
 def _plain_strings(column: pa.Array) -> pa.Array:
@@ -1221,14 +1400,20 @@ def _lossy_row_json(columns: list[pa.Array], keys: list[str], row: int) -> bytes
 
 
 def _parquet_text_problems(
-    text: pa.Array | None, n_rows: int, text_field: str, names: list[str]
+    text: pa.Array | None,
+    n_rows: int,
+    text_field: str,
+    names: list[str],
+    *,
+    any_type: bool = False,
 ) -> list[tuple[str, str] | None]:
-    """Per row: None if the text is a string, else the reject's (reason, value)."""
+    """Per row: None if the text is a string (with ``any_type``: not null), else the reject's
+    (reason, value)."""
     if text is None:
         return [(MISSING_TEXT, _absent("column", text_field, names))] * n_rows
     null = (MISSING_TEXT, _NULL)
     valid = text.is_valid().to_pylist()
-    if _is_string_type(text.type):
+    if any_type or _is_string_type(text.type):
         return [None if ok else null for ok in valid]
     wrong_type = (NON_STRING_TEXT, str(text.type))
     return [wrong_type if ok else null for ok in valid]

@@ -33,6 +33,10 @@ PROMPT_TOKENS = "prompt_tokens"
 PROMPT = "prompt"
 """SFT rows: the prompt rendered from the record's fields, as tokenized (what the model is asked;
 with the text, what makes two SFT rows duplicates)."""
+CHAT_MESSAGES = "messages"
+"""Chat rows (``raw_documents``' ``chat_field``): the metadata key that holds the conversation
+before the last assistant turn (the text), a list of ``{"role", "content"}`` objects, from which
+``tokenized_documents``' ``chat_template`` renders the prompt."""
 LABEL = "label"
 """Optional class label (e.g. a review's sentiment) passed through to the batches."""
 LANGUAGE = "language"

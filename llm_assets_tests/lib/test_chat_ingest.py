@@ -1,0 +1,232 @@
+"""Ingest of chat rows (``chat_field``): every format that can hold a conversation, and what
+happens to each kind of bad conversation.
+
+A kept chat row's text is its last message, the assistant's answer; the messages before it are
+in its metadata as ``messages`` (``{"role", "content"}`` objects), beside the record's other
+fields. Every row is kept or rejected with its reason and line, as for text rows.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from llm_assets.lib.ingest import (
+    INVALID_CHAT,
+    MALFORMED_RECORD,
+    MISSING_TEXT,
+    NON_STRING_TEXT,
+    ChatError,
+    IngestSpec,
+    chat_turns,
+    read_documents,
+)
+from llm_assets.lib.schema import CHAT_MESSAGES
+from llm_assets.stages import spec_fields
+
+CHAT = IngestSpec(chat_field="messages")
+HISTORY = [
+    {"role": "system", "content": "Answer briefly."},
+    {"role": "user", "content": "What is 2 + 2?"},
+    {"role": "assistant", "content": "4"},
+    {"role": "user", "content": "And 3 + 3?"},
+]
+CONVERSATION = [*HISTORY, {"role": "assistant", "content": "6"}]
+
+
+def read(path: Path, spec: IngestSpec = CHAT, **kw) -> tuple[pa.Table, pa.Table]:
+    results = list(read_documents(str(path), path.name, spec, **kw))
+    return (
+        pa.concat_tables([r.kept for r in results]),
+        pa.concat_tables([r.rejects for r in results]),
+    )
+
+
+def write_jsonl(path: Path, records: list) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    return path
+
+
+def located(rejects: pa.Table) -> list[tuple[int, str]]:
+    lines, reasons = rejects["source_line"].to_pylist(), rejects["reason"].to_pylist()
+    return list(zip(lines, reasons, strict=True))
+
+
+def metadata(kept: pa.Table) -> list[dict]:
+    return [json.loads(m) for m in kept["metadata"].to_pylist()]
+
+
+def test_the_last_assistant_message_is_the_text_and_the_rest_goes_to_metadata(tmp_path):
+    path = write_jsonl(tmp_path / "c.jsonl", [{"id": 7, "messages": CONVERSATION}])
+    kept, rejects = read(path)
+    assert rejects.num_rows == 0
+    assert kept["text"].to_pylist() == ["6"]
+    assert kept["source_line"].to_pylist() == [1]
+    # the other fields stay; every earlier turn, the assistant's "4" included, is context
+    assert metadata(kept) == [{"id": 7, CHAT_MESSAGES: HISTORY}]
+
+
+def test_sharegpt_messages_and_text_parts_are_read(tmp_path):
+    sharegpt = [
+        {"from": "system", "value": "Be kind."},
+        {"from": "human", "value": "Hi"},
+        {"from": "gpt", "value": "Hello!"},
+    ]
+    parts = [
+        {
+            "role": "user",
+            "content": [{"type": "text", "text": "Two "}, {"type": "text", "text": "parts"}],
+        },
+        {"role": "assistant", "content": [{"type": "text", "text": "Joined."}]},
+    ]
+    path = write_jsonl(
+        tmp_path / "c.jsonl", [{"conversations": sharegpt}, {"conversations": parts}]
+    )
+    kept, rejects = read(path, IngestSpec(chat_field="conversations"))
+    assert rejects.num_rows == 0
+    assert kept["text"].to_pylist() == ["Hello!", "Joined."]
+    assert [m[CHAT_MESSAGES] for m in metadata(kept)] == [
+        [{"role": "system", "content": "Be kind."}, {"role": "user", "content": "Hi"}],
+        [{"role": "user", "content": "Two parts"}],
+    ]
+
+
+# Each kind of bad conversation, and what it becomes: (value of the chat field, reason, words of
+# the reject's value).
+BAD = [
+    ([{"role": "user", "content": "Q"}], INVALID_CHAT, "is from 'user', not 'assistant'"),
+    ([], INVALID_CHAT, "an empty list of messages"),
+    ({"role": "assistant", "content": "A"}, INVALID_CHAT, "not a list of messages but dict"),
+    (["hi", {"role": "assistant", "content": "A"}], INVALID_CHAT, "message 1 is not an object"),
+    ([{"role": "assistant", "text": "A"}], INVALID_CHAT, "message 1 has no 'role' and 'content'"),
+    ([{"role": 1, "content": "A"}], INVALID_CHAT, "message 1's role is not a string but int"),
+    ([{"role": "assistant", "content": None}], INVALID_CHAT, "content of null, not a string"),
+    (
+        [{"role": "user", "content": [{"type": "image_url", "image_url": "x"}]}],
+        INVALID_CHAT,
+        "content of list, not text parts only",
+    ),
+    ("[not json", INVALID_CHAT, "a string that is not a JSON list of messages"),
+    (None, MISSING_TEXT, "null"),
+]
+
+
+@pytest.mark.parametrize(("value", "reason", "words"), BAD)
+def test_each_bad_conversation_is_a_reject_saying_what_is_wrong(tmp_path, value, reason, words):
+    good = {"messages": CONVERSATION}
+    path = write_jsonl(tmp_path / "c.jsonl", [good, {"messages": value}, good])
+    kept, rejects = read(path)
+    assert kept["source_line"].to_pylist() == [1, 3]
+    assert rejects["source_line"].to_pylist() == [2]
+    assert rejects["reason"].to_pylist() == [reason]
+    assert words in rejects["value"][0].as_py()
+    assert rejects["sample"][0].as_py().startswith('{"messages"')
+
+
+def test_an_absent_chat_field_names_it_and_the_fields_there_are(tmp_path):
+    path = write_jsonl(tmp_path / "c.jsonl", [{"text": "plain", "id": 1}])
+    _, rejects = read(path)
+    assert rejects["reason"].to_pylist() == [MISSING_TEXT]
+    assert rejects["value"].to_pylist() == ["no field 'messages' (fields: text, id)"]
+
+
+def test_a_messages_field_beside_another_chat_field_is_a_reject_not_overwritten(tmp_path):
+    record = {"dialog": CONVERSATION, "messages": "a field of the record's own"}
+    path = write_jsonl(tmp_path / "c.jsonl", [record])
+    kept, rejects = read(path, IngestSpec(chat_field="dialog"))
+    assert kept.num_rows == 0
+    assert rejects["reason"].to_pylist() == [INVALID_CHAT]
+    assert "has a field 'messages' beside the chat field 'dialog'" in rejects["value"][0].as_py()
+
+
+def test_other_fields_too_deep_for_metadata_are_a_malformed_record(tmp_path):
+    deep: object = "x"
+    for _ in range(300):
+        deep = [deep]
+    path = write_jsonl(tmp_path / "c.jsonl", [{"messages": CONVERSATION, "deep": deep}])
+    kept, rejects = read(path)
+    assert kept.num_rows == 0
+    assert rejects["reason"].to_pylist() == [MALFORMED_RECORD]
+
+
+def test_without_chat_field_a_list_is_still_a_non_string_text(tmp_path):
+    path = write_jsonl(tmp_path / "c.jsonl", [{"text": CONVERSATION}])
+    kept, rejects = read(path, IngestSpec())
+    assert kept.num_rows == 0
+    assert rejects["reason"].to_pylist() == [NON_STRING_TEXT]
+
+
+def test_parquet_list_of_structs_and_json_string_columns(tmp_path):
+    table = pa.table(
+        {
+            "n": [1, 2, 3],
+            "messages": pa.array(
+                [CONVERSATION, None, [{"role": "user", "content": "Q"}]],
+                pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())])),
+            ),
+        }
+    )
+    pq.write_table(table, tmp_path / "c.parquet", row_group_size=2)
+    kept, rejects = read(tmp_path / "c.parquet")
+    assert kept["text"].to_pylist() == ["6"]
+    assert metadata(kept) == [{"n": 1, CHAT_MESSAGES: HISTORY}]
+    assert located(rejects) == [
+        (2, MISSING_TEXT),
+        (3, INVALID_CHAT),
+    ]
+    # the same rows read by row-group ranges (as raw_documents cuts a big file)
+    parts = [read(tmp_path / "c.parquet", row_groups=(g, g + 1)) for g in (0, 1)]
+    assert pa.concat_tables([k for k, _ in parts]).equals(kept)
+
+    strings = pa.table({"messages": [json.dumps(CONVERSATION), "nope"]})
+    pq.write_table(strings, tmp_path / "s.parquet")
+    kept, rejects = read(tmp_path / "s.parquet")
+    assert kept["text"].to_pylist() == ["6"]
+    assert rejects["reason"].to_pylist() == [INVALID_CHAT]
+
+
+def test_csv_cells_and_txt_paragraphs_holding_json(tmp_path):
+    cell = json.dumps(CONVERSATION).replace('"', '""')
+    (tmp_path / "c.csv").write_text(f'id,messages\n1,"{cell}"\n2,plain words\n', encoding="utf-8")
+    kept, rejects = read(tmp_path / "c.csv")
+    assert kept["text"].to_pylist() == ["6"]
+    assert metadata(kept) == [{"id": "1", CHAT_MESSAGES: HISTORY}]
+    assert rejects["source_line"].to_pylist() == [2]
+    assert rejects["reason"].to_pylist() == [INVALID_CHAT]
+
+    (tmp_path / "c.txt").write_text(json.dumps(CONVERSATION) + "\n\nnot a conversation\n")
+    kept, rejects = read(tmp_path / "c.txt")
+    assert kept["text"].to_pylist() == ["6"]
+    assert metadata(kept) == [{CHAT_MESSAGES: HISTORY}]
+    assert located(rejects) == [(3, INVALID_CHAT)]
+
+
+def test_byte_ranges_give_the_rows_of_a_whole_file_read(tmp_path):
+    records = [{"messages": CONVERSATION, "i": i} for i in range(5)] + [{"messages": []}]
+    path = write_jsonl(tmp_path / "c.jsonl", records)
+    whole_kept, whole_rejects = read(path)
+    data = path.read_bytes()
+    cut = data.index(b"\n", len(data) // 2) + 1
+    first_lines = data[:cut].count(b"\n")
+    a = read(path, byte_range=(0, cut))
+    b = read(path, byte_range=(cut, len(data)), first_line=first_lines + 1)
+    assert pa.concat_tables([a[0], b[0]]).equals(whole_kept)
+    assert pa.concat_tables([a[1], b[1]]).equals(whole_rejects)
+
+
+def test_chat_turns_directly():
+    assert chat_turns(json.dumps(CONVERSATION)) == ("6", HISTORY)
+    assert chat_turns([{"role": "assistant", "content": "only"}]) == ("only", [])
+    with pytest.raises(ChatError, match="message 2"):
+        chat_turns([{"role": "user", "content": "Q"}, 5])
+
+
+def test_chat_field_must_name_a_field_and_unset_stays_out_of_the_fingerprint():
+    with pytest.raises(ValueError, match="chat_field"):
+        IngestSpec(chat_field="")
+    assert "chat_field" not in spec_fields(IngestSpec())
+    assert spec_fields(CHAT)["chat_field"] == "messages"
