@@ -25,6 +25,15 @@ check it against row-by-row encoding on random text.
 
 Stored ids are never truncated. They are ``uint16`` when the highest id fits (GPT-2's does),
 ``int32`` otherwise: a vocabulary's ids may have gaps, so its size is its highest id + 1.
+
+SFT rows are tokenized as a prompt then the document's text (the response). The prompt comes from
+the record's metadata through either a ``str.format`` ``prompt_template`` or a ``chat_template``:
+a Jinja chat template (Hugging Face's format: built-in ChatML, the tokenizer's own, or pasted)
+rendered over the conversation before the response (metadata key ``messages``), as transformers'
+``apply_chat_template`` renders and tokenizes it. A chat prompt is the one text encoded with the
+tokenizer's special tokens recognized, so the template's markup (``{{ bos_token }}``, Qwen's
+``<|im_start|>``) becomes their ids; a conversation whose messages hold a special token is a
+reject rather than a way to inject one.
 """
 
 from __future__ import annotations
@@ -34,22 +43,25 @@ import importlib.util
 import itertools
 import json
 import os
+import re
 import string
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 import numpy as np
 import pyarrow as pa
 
 from llm_assets.lib.schema import (
+    CHAT_MESSAGES,
     INPUT_IDS,
     METADATA,
     N_TOKENS,
     PROMPT,
     PROMPT_TOKENS,
+    SAMPLE_CHARS,
     TEXT,
     StageResult,
     drop_rows,
@@ -57,6 +69,9 @@ from llm_assets.lib.schema import (
     single_spaced,
     string_array,
 )
+
+if TYPE_CHECKING:
+    import jinja2
 
 GPT2 = "gpt2"
 GPT2_VOCAB_SIZE = 50257
@@ -82,6 +97,29 @@ Nothing else in the folder, such as a model's weights, is read, hashed or watche
 _HASH_CHUNK = 1 << 20
 _LOCAL_CACHE_SIZE = 8
 MISSING_PROMPT_FIELD = "missing_prompt_field"
+"""SFT: the record lacks what the prompt is rendered from; value = the ``prompt_template`` field
+missing, or for a ``chat_template`` ``messages`` (absent) or what is wrong with it."""
+CHAT_TEMPLATE_ERROR = "chat_template_error"
+"""SFT with ``chat_template``: the template failed on the row's conversation (its
+``raise_exception``, e.g. roles that do not alternate, or any other error while rendering);
+value = the error's message."""
+SPECIAL_TOKEN_IN_CHAT = "special_token_in_chat"
+"""SFT with ``chat_template``: a message of the conversation holds one of the tokenizer's special
+tokens. The chat prompt is encoded with special tokens recognized (the template's markup must be),
+so the message would inject a control token; value = which message and token."""
+REJECT_REASONS: tuple[str, ...] = (MISSING_PROMPT_FIELD, CHAT_TEMPLATE_ERROR, SPECIAL_TOKEN_IN_CHAT)
+"""Every reason ``tokenized_documents`` rejects a row for."""
+CHATML = "chatml"
+CHAT_TEMPLATE_OF_TOKENIZER = "tokenizer"
+CHATML_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}"
+    "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+"""The built-in ``chat_template: chatml``: ChatML, each message framed by ``<|im_start|>`` and
+``<|im_end|>``, then the assistant's header the response follows."""
+CHAT_TEMPLATE_FILE = "chat_template.jinja"
+"""A tokenizer folder's chat template file (transformers 4.50+), which wins over the
+``chat_template`` key of its ``tokenizer_config.json``."""
 
 
 class TokenizerError(ValueError):
@@ -136,10 +174,25 @@ class Tokenizer:
     sources: tuple[str, ...] = ()
     """A local tokenizer's files that transformers reads, present or not (those present make the
     fingerprint): a change to any of them builds it again (:func:`_build`)."""
+    markup_encoder: _Encoder | None = None
+    """Like ``encoder`` but with the special tokens recognized, each one id: for rendered chat
+    prompts (:meth:`encode_markup_batch`). None: ``encoder`` (no special tokens to recognize)."""
+    special_tokens: tuple[str, ...] = ()
+    """The strings :attr:`markup_encoder` turns into special ids (a chat message must not hold
+    one: :data:`SPECIAL_TOKEN_IN_CHAT`)."""
+    template_vars: tuple[tuple[str, str], ...] = ()
+    """What a chat template sees of the tokenizer, as transformers passes its
+    ``special_tokens_map``: ``bos_token``, ``eos_token``... and their strings."""
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         """Token ids of every text, in order, without truncation or special tokens."""
         return self.encoder(texts)
+
+    def encode_markup_batch(self, texts: list[str]) -> list[list[int]]:
+        """Token ids of every text with the tokenizer's special-token strings recognized, as
+        transformers' ``apply_chat_template`` tokenizes a rendered chat: for chat prompts only,
+        whose markup is the template's (documents' text goes through :meth:`encode_batch`)."""
+        return (self.markup_encoder or self.encoder)(texts)
 
     def encode_arrow(self, texts: pa.Array | pa.ChunkedArray) -> tuple[pa.Array, pa.Array]:
         """Token ids of a string column as an Arrow list column (the vocabulary's dtype) and
@@ -167,8 +220,19 @@ class TokenizerSpec:
     ``"### Instruction:\n{instruction}\n\n### Response:\n"``. The rendered prompt is tokenized
     before the document's text (the response), and ``prompt_tokens`` says how many leading ids
     are the prompt so the batches can mask them out of the loss."""
+    chat_template: str | None = None
+    """SFT from conversations (metadata key ``messages``, the turns before the response): a
+    Hugging Face style Jinja chat template rendered over them with ``add_generation_prompt``, as
+    ``apply_chat_template`` does. ``chatml`` (built in: :data:`CHATML_TEMPLATE`), ``tokenizer``
+    (the tokenizer folder's own: ``chat_template.jinja`` or its ``tokenizer_config.json``), or a
+    template's text. Exclusive with ``prompt_template``; ``prompt_tokens`` as with it."""
 
     def __post_init__(self) -> None:
+        if self.prompt_template is not None and self.chat_template is not None:
+            raise TokenizerError(
+                "prompt_template and chat_template are both set: give one or the other "
+                "(chat_template renders conversations, prompt_template a record's fields)"
+            )
         if self.prompt_template is not None:
             prompt_fields(self.prompt_template)
         if self.engine not in ENGINES:
@@ -193,6 +257,9 @@ class TokenizerSpec:
                 raise TokenizerError(
                     f"engine 'tiktoken' only serves GPT-2; use 'hf' or 'auto' for {self.name!r}"
                 )
+        text = chat_template_text(self)
+        if text is not None:
+            compiled_chat_template(text)  # a syntax error fails here, not at the first batch
 
     def build(self) -> Tokenizer:
         """The tokenizer, built once per process (a per-process cache, as kernels may keep) and
@@ -341,6 +408,11 @@ def _gpt2_tiktoken(threads: int) -> Tokenizer:
             return encoding.encode_ordinary_batch(texts, num_threads=threads)
         return [encoding.encode_ordinary(text) for text in texts]
 
+    def encode_markup(texts: list[str]) -> list[list[int]]:
+        if threads > 1:
+            return encoding.encode_batch(texts, num_threads=threads, allowed_special="all")
+        return [encoding.encode(text, allowed_special="all") for text in texts]
+
     return Tokenizer(
         name=GPT2,
         engine="tiktoken",
@@ -350,6 +422,11 @@ def _gpt2_tiktoken(threads: int) -> Tokenizer:
         pad_id=GPT2_EOS_ID,
         encoder=encode,
         words_exact=True,
+        markup_encoder=encode_markup,
+        special_tokens=(GPT2_EOS,),
+        # What GPT2TokenizerFast's special_tokens_map says (the hf engine's), so both engines
+        # render a chat template the same.
+        template_vars=(("bos_token", GPT2_EOS), ("eos_token", GPT2_EOS), ("unk_token", GPT2_EOS)),
     )
 
 
@@ -382,20 +459,37 @@ def _merges(path: Path) -> list[tuple[str, str]]:
     return pairs
 
 
-def _hf_encoder(tok: object) -> _Encoder:
+def _hf_encoder(tok: object, *, split_special_tokens: bool = True) -> _Encoder:
+    """transformers' batch encoding without added BOS/EOS; special-token strings in the text are
+    plain text unless ``split_special_tokens`` is False (for chat markup:
+    :meth:`Tokenizer.encode_markup_batch`)."""
+
     def encode(texts: list[str]) -> list[list[int]]:
         if not texts:
             return []
         out = tok(  # type: ignore[operator]
             texts,
             add_special_tokens=False,
-            split_special_tokens=True,
+            split_special_tokens=split_special_tokens,
             return_attention_mask=False,
             verbose=False,
         )
         return out["input_ids"]
 
     return encode
+
+
+def _hf_chat_fields(tok: object) -> dict:
+    """A transformers tokenizer's :class:`Tokenizer` fields for chat prompts: the encoder that
+    recognizes special tokens, those tokens (named ones and every added token marked special),
+    and its ``special_tokens_map`` for templates."""
+    special = {str(t) for t in tok.all_special_tokens}  # type: ignore[attr-defined]
+    special |= {t.content for t in tok.added_tokens_decoder.values() if t.special}  # type: ignore[attr-defined]
+    return {
+        "markup_encoder": _hf_encoder(tok, split_special_tokens=False),
+        "special_tokens": tuple(sorted(t for t in special if t)),
+        "template_vars": tuple(sorted(tok.special_tokens_map.items())),  # type: ignore[attr-defined]
+    }
 
 
 def _gpt2_hf() -> Tokenizer:
@@ -408,6 +502,7 @@ def _gpt2_hf() -> Tokenizer:
         eos_id=GPT2_EOS_ID,
         pad_id=GPT2_EOS_ID,
         encoder=_hf_encoder(tok),
+        **_hf_chat_fields(tok),
     )
 
 
@@ -444,6 +539,7 @@ def _hf_local(path: Path) -> Tokenizer:
         pad_id=0 if pad_id is None else pad_id,
         encoder=_hf_encoder(tok),
         sources=sources,
+        **_hf_chat_fields(tok),
     )
 
 
@@ -495,6 +591,241 @@ def render_prompts(metadata: list[str | None], template: str) -> tuple[list[str 
         prompts.append(template.format_map(values))
         missing.append(None)
     return prompts, missing
+
+
+def chat_template_text(spec: TokenizerSpec) -> str | None:
+    """The source of ``spec``'s chat template (None without one): :data:`CHATML_TEMPLATE`, the
+    tokenizer folder's own, or the template given. Its digest belongs in a stage fingerprint (a
+    ``tokenizer`` template is read from the folder's files, which may change). A setting that
+    names no template is a :class:`TokenizerError`."""
+    setting = spec.chat_template
+    if setting is None:
+        return None
+    if setting == CHATML:
+        return CHATML_TEMPLATE
+    if setting == CHAT_TEMPLATE_OF_TOKENIZER:
+        return _tokenizers_chat_template(spec.name)
+    if "{{" in setting or "{%" in setting:
+        return setting
+    raise TokenizerError(
+        f"chat_template must be 'chatml' (built in), 'tokenizer' (the tokenizer folder's own) or a "
+        f"Jinja template (with {{{{ }}}} or {{% %}}), got {setting[:80]!r}"
+    )
+
+
+def _tokenizers_chat_template(name: str) -> str:
+    """A tokenizer folder's chat template, read as transformers reads it: ``chat_template.jinja``,
+    else the ``chat_template`` of ``tokenizer_config.json`` (a string, or named templates of which
+    the one named ``default``)."""
+    none = (
+        f"chat_template 'tokenizer': tokenizer {name!r} has no chat template of its own; give "
+        "'chatml' or a Jinja template's text"
+    )
+    folder = Path(name)
+    if name == GPT2 or not folder.is_dir():
+        raise TokenizerError(none)
+    if (folder / CHAT_TEMPLATE_FILE).is_file():
+        return (folder / CHAT_TEMPLATE_FILE).read_text(encoding="utf-8")
+    config_path = folder / "tokenizer_config.json"
+    if not config_path.is_file():
+        raise TokenizerError(none)
+    try:
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as err:
+        raise TokenizerError(
+            f"chat_template 'tokenizer': {config_path} is not JSON: {err}"
+        ) from None
+    template = config.get("chat_template") if isinstance(config, dict) else None
+    if isinstance(template, list):
+        named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
+        if not isinstance(named.get("default"), str):
+            raise TokenizerError(
+                f"chat_template 'tokenizer': {config_path} has several chat templates "
+                f"({', '.join(map(str, named))}) and none named 'default'; paste the one to use "
+                "as chat_template"
+            )
+        template = named["default"]
+    if not isinstance(template, str) or not template:
+        raise TokenizerError(none)
+    return template
+
+
+@lru_cache(maxsize=1)
+def _chat_environment() -> jinja2.Environment:
+    """The Jinja environment transformers 5.x renders chat templates in
+    (``transformers.utils.chat_template_utils``): sandboxed, ``trim_blocks`` and
+    ``lstrip_blocks``, ``loopcontrols``, the ``{% generation %}`` tag (rendered as its body: the
+    assistant mask it tracks there is not used here), a ``tojson`` that keeps non-ASCII and HTML
+    characters, ``raise_exception``, and its guarded ``dict`` and ``namespace``. Not its
+    ``strftime_now``: a prompt must not depend on the day it is tokenized (templates such as
+    Llama 3.1's fall back to a fixed date without it)."""
+    import jinja2
+    from jinja2.ext import Extension, loopcontrols
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    class Generation(Extension):
+        tags = frozenset({"generation"})
+
+        def parse(self, parser: jinja2.parser.Parser) -> jinja2.nodes.Node:
+            lineno = next(parser.stream).lineno
+            body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+            call = self.call_method("_body")
+            return jinja2.nodes.CallBlock(call, [], [], body).set_lineno(lineno)
+
+        def _body(self, caller: jinja2.runtime.Macro) -> str:
+            return caller()
+
+    def raise_exception(message: str) -> None:
+        raise jinja2.exceptions.TemplateError(message)
+
+    def tojson(
+        x: object,
+        ensure_ascii: bool = False,
+        indent: int | None = None,
+        separators: tuple[str, str] | None = None,
+        sort_keys: bool = False,
+    ) -> str:
+        return json.dumps(
+            x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
+        )
+
+    class TemplateDict:
+        def __call__(self, *args: object, **kwargs: object) -> dict:
+            return dict(*args, **kwargs)
+
+        def fromkeys(self, *args: object, **kwargs: object) -> dict:
+            return dict.fromkeys(*args, **kwargs)
+
+    class TemplateNamespace(jinja2.utils.Namespace):
+        def __init__(*args: object, **kwargs: object) -> None:
+            self, args = args[0], args[1:]
+            attrs = dict(*args, **kwargs)
+            for name in attrs:
+                TemplateNamespace._check_name(name)
+            jinja2.utils.Namespace.__init__(self, attrs)
+
+        def __setitem__(self, name: str, value: object) -> None:
+            TemplateNamespace._check_name(name)
+            jinja2.utils.Namespace.__setitem__(self, name, value)
+
+        @staticmethod
+        def _check_name(name: object) -> None:
+            if isinstance(name, str) and name.startswith("_"):
+                raise jinja2.exceptions.SecurityError(
+                    f"chat templates cannot set underscore-prefixed attributes, got {name!r}"
+                )
+
+    env = ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=[Generation, loopcontrols]
+    )
+    env.filters["tojson"] = tojson
+    env.globals["raise_exception"] = raise_exception
+    env.globals["dict"] = TemplateDict()
+    env.globals["namespace"] = TemplateNamespace
+    return env
+
+
+@lru_cache(maxsize=16)
+def compiled_chat_template(text: str) -> jinja2.Template:
+    """A chat template's source compiled, once per process (kernels run once per batch); a
+    syntax error is a :class:`TokenizerError` with Jinja's message and line."""
+    import jinja2
+
+    try:
+        return _chat_environment().from_string(text)
+    except jinja2.TemplateSyntaxError as err:
+        raise TokenizerError(
+            f"chat_template is not a valid Jinja template: {err.message} (line {err.lineno})"
+        ) from None
+
+
+@lru_cache(maxsize=8)
+def _special_pattern(tokens: tuple[str, ...]) -> re.Pattern[str] | None:
+    """One regex finding any of the tokens (Llama 3 has 256 special tokens), longest first."""
+    if not tokens:
+        return None
+    return re.compile("|".join(map(re.escape, sorted(tokens, key=len, reverse=True))))
+
+
+def _chat_history(raw: str | None) -> list[dict[str, str]] | str:
+    """A row's conversation from its metadata, or what is wrong with it (a reject's value)."""
+    try:
+        record = json.loads(raw) if raw else None
+    except ValueError:
+        return f"{CHAT_MESSAGES} (metadata is not JSON)"
+    if not isinstance(record, Mapping) or record.get(CHAT_MESSAGES) is None:
+        return CHAT_MESSAGES
+    messages = record[CHAT_MESSAGES]
+    if not isinstance(messages, list):
+        return f"{CHAT_MESSAGES} (not a list)"
+    history = []
+    for number, message in enumerate(messages, 1):
+        if not (
+            isinstance(message, Mapping)
+            and isinstance(message.get("role"), str)
+            and isinstance(message.get("content"), str)
+        ):
+            return f"{CHAT_MESSAGES} (message {number} is not a role and a content string)"
+        # Only these two keys: they are what the special-token check reads.
+        history.append({"role": message["role"], "content": message["content"]})
+    return history
+
+
+def render_chat_prompts(
+    metadata: list[str | None], template: str, tok: Tokenizer
+) -> tuple[list[str | None], list[tuple[str, str] | None]]:
+    """Each row's chat prompt: its conversation (metadata key ``messages``, a list of
+    ``{"role", "content"}``) rendered by ``template`` (its source: :func:`chat_template_text`)
+    with ``add_generation_prompt``, and ``tok``'s ``bos_token``, ``eos_token``... as transformers'
+    ``apply_chat_template`` renders it. A row that cannot be rendered is None with its reject's
+    (reason, value): :data:`MISSING_PROMPT_FIELD`, :data:`SPECIAL_TOKEN_IN_CHAT` or
+    :data:`CHAT_TEMPLATE_ERROR`. An empty conversation renders too (the generation prompt)."""
+    compiled = compiled_chat_template(template)
+    variables = dict(tok.template_vars)
+    special = _special_pattern(tok.special_tokens)
+    prompts: list[str | None] = []
+    rejects: list[tuple[str, str] | None] = []
+    for raw in metadata:
+        history = _chat_history(raw)
+        prompt: str | None = None
+        if isinstance(history, str):
+            reject = (MISSING_PROMPT_FIELD, history)
+        elif special is not None and (found := _special_token_in(history, special)):
+            reject = found
+        else:
+            # What apply_chat_template passes: the tokenizer's special_tokens_map, then its own
+            # arguments (no tools nor documents here).
+            context = {**variables, "messages": history, "tools": None, "documents": None}
+            try:
+                prompt, reject = compiled.render(context, add_generation_prompt=True), None
+            except Exception as err:  # the template is code from elsewhere: any error is the row's
+                reject = (CHAT_TEMPLATE_ERROR, _error_message(err))
+        prompts.append(prompt)
+        rejects.append(reject)
+    return prompts, rejects
+
+
+def _special_token_in(
+    history: list[dict[str, str]], special: re.Pattern[str]
+) -> tuple[str, str] | None:
+    for number, message in enumerate(history, 1):
+        for text in (message["content"], message["role"]):
+            if found := special.search(text):
+                value = (
+                    f"message {number} ({message['role'][:40]}) holds {found.group()!r}, a "
+                    "special token of the tokenizer"
+                )
+                return SPECIAL_TOKEN_IN_CHAT, value[:SAMPLE_CHARS]
+    return None
+
+
+def _error_message(err: Exception) -> str:
+    """A template error's message; other exceptions (a ``TypeError`` from the template's own
+    expressions) keep their type's name, which their message alone may not make clear."""
+    import jinja2
+
+    message = str(err) if isinstance(err, jinja2.TemplateError) else f"{type(err).__name__}: {err}"
+    return message[:SAMPLE_CHARS]
 
 
 def ids_to_arrow(ids: list[list[int]], vocab_size: int) -> tuple[pa.Array, pa.Array]:
@@ -589,27 +920,36 @@ def _lists_from(values: pa.Array, counts: np.ndarray) -> pa.Array:
 
 def tokenize_table(table: pa.Table, spec: TokenizerSpec) -> StageResult:
     """Kernel of ``tokenized_documents``: append ``input_ids`` and ``n_tokens`` (an empty token
-    list is kept and left to the length filter, which records why it goes). With a prompt
+    list is kept and left to the length filter, which records why it goes). With a prompt or chat
     template, ids are prompt then response and ``prompt_tokens`` and the rendered ``prompt`` are
-    added; a row missing a field the template needs is a reject (``missing_prompt_field``)."""
+    added; a row the template cannot render is a reject (``missing_prompt_field``, and for chat
+    ``chat_template_error`` or ``special_token_in_chat``). A chat prompt's special tokens are
+    encoded as such (:meth:`Tokenizer.encode_markup_batch`), the response's as text."""
     tok = spec.build()
     rejects = empty_rejects()
     prompt_ids = None
-    if spec.prompt_template is not None:
+    if spec.prompt_template is not None or spec.chat_template is not None:
         metadata = table[METADATA].to_pylist() if METADATA in table.column_names else []
-        prompts, missing = render_prompts(metadata or [None] * table.num_rows, spec.prompt_template)
-        absent = [m for m in missing if m is not None]
-        if absent:
+        metadata = metadata or [None] * table.num_rows
+        chat = chat_template_text(spec)
+        if chat is not None:
+            prompts, reasons = render_chat_prompts(metadata, chat, tok)
+        else:
+            prompts, missing = render_prompts(metadata, spec.prompt_template or "")
+            reasons = [None if m is None else (MISSING_PROMPT_FIELD, m) for m in missing]
+        refused = [r for r in reasons if r is not None]
+        if refused:
             result = drop_rows(
                 table,
-                [m is not None for m in missing],
+                [r is not None for r in reasons],
                 stage=TOKENIZE_STAGE,
-                reasons=[MISSING_PROMPT_FIELD] * len(absent),
-                values=absent,
+                reasons=[reason for reason, _ in refused],
+                values=[value for _, value in refused],
             )
             table, rejects = result.kept, result.rejects
             prompts = [p for p in prompts if p is not None]
-        prompt_ids = tok.encode_batch(prompts)
+        encode = tok.encode_markup_batch if chat is not None else tok.encode_batch
+        prompt_ids = encode(prompts)
     if prompt_ids is None:
         lists, counts = tok.encode_arrow(table.column(TEXT))
     else:
