@@ -12,6 +12,7 @@ version). So a killed run, run again, computes only what is missing.
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import os
 import re
@@ -53,10 +54,10 @@ from llm_assets.lib.dedup import (
     resolve_duplicates,
 )
 from llm_assets.lib.filters import FilterSpec, LengthFilterSpec, filter_table
-from llm_assets.lib.ingest import IngestSpec, detect_format
+from llm_assets.lib.ingest import INVALID_CHAT, IngestSpec, detect_format
 from llm_assets.lib.normalize import NormalizeSpec, normalize_table
 from llm_assets.lib.schema import INPUT_IDS, LABEL, PROMPT_TOKENS
-from llm_assets.lib.tokenization import TokenizerSpec, tokenize_table
+from llm_assets.lib.tokenization import TokenizerSpec, chat_template_text, tokenize_table
 from llm_assets.paths import PathEscapeError, inside
 from llm_assets.tasks import (
     SCATTER_FORMAT,
@@ -257,6 +258,21 @@ def _check_sources(asset: str, sources: Iterable[ShardRecord]) -> None:
 
 def _spec_config(spec: Any) -> dict[str, Any]:
     return asdict(spec) if hasattr(spec, "__dataclass_fields__") else dict(spec)
+
+
+OPTIONS_ADDED_UNSET = ("chat_field", "chat_template")
+"""Spec options added after warehouses were written: left unset (None) they are not part of a
+stage's config or fingerprint, so such warehouses keep their folders and reuse every shard."""
+
+
+def spec_fields(spec: Any) -> dict[str, Any]:
+    """A spec's fields as its stage's config and fingerprint see them (see
+    :data:`OPTIONS_ADDED_UNSET`)."""
+    fields = asdict(spec)
+    for name in OPTIONS_ADDED_UNSET:
+        if name in fields and fields[name] is None:
+            del fields[name]
+    return fields
 
 
 def _execute(
@@ -734,9 +750,9 @@ def run_raw_documents(
     asset = RAW_DOCUMENTS
     # Resolved: the same folder given as a relative, absolute or linked path is one config.
     resolved = str(Path(input_dir).expanduser().resolve())
-    config = {"input_dir": resolved, "rows_per_shard": rows_per_shard, **asdict(spec)}
+    config = {"input_dir": resolved, "rows_per_shard": rows_per_shard, **spec_fields(spec)}
     stage_fp = fingerprint(
-        asset, STAGE_CODE_VERSIONS[asset], {**asdict(spec), "rows": rows_per_shard}
+        asset, STAGE_CODE_VERSIONS[asset], {**spec_fields(spec), "rows": rows_per_shard}
     )
     folder = stage_dir(ctx.warehouse_root, asset, stage_fp)
     planned: list[_Planned] = []
@@ -865,20 +881,29 @@ def _refuse_no_documents(
         f"file(s) under {input_dir!r} were rejected ({_top_reasons(reasons)}), so every later "
         "stage would be empty and training would run zero steps."
     )
-    no_text = sum(reasons.get(reason, 0) for reason in NO_TEXT_REASONS)
+    not_found = NO_TEXT_REASONS if spec.chat_field is None else (*NO_TEXT_REASONS, INVALID_CHAT)
+    no_text = sum(reasons.get(reason, 0) for reason in not_found)
     if no_text * 2 > report.rows_rejected:
-        message += (
-            f" The text is read from the field {spec.text_field!r} (raw_documents.config."
-            "text_field), which these records lack or hold as a non-string: set "
-            "raw_documents.config.text_field to the field or column that holds the text"
-        )
+        if spec.chat_field is not None:
+            message += (
+                f" The conversations are read from the field {spec.chat_field!r} (raw_documents."
+                "config.chat_field), which these records lack or hold as no conversation ending "
+                "with an assistant message: set chat_field to the field or column that holds "
+                "the messages"
+            )
+        else:
+            message += (
+                f" The text is read from the field {spec.text_field!r} (raw_documents.config."
+                "text_field), which these records lack or hold as a non-string: set "
+                "raw_documents.config.text_field to the field or column that holds the text"
+            )
         if any(name.lower().endswith(".csv") for name in _input_names(report)):
             message += f" (and, for CSV files, check csv_delimiter: now {spec.csv_delimiter!r})"
         message += "."
         first = ctx.catalog.query(
             f"SELECT source_file, source_line, value, sample FROM {RAW_DOCUMENTS}_rejects "
             "WHERE list_contains(?, reason) ORDER BY source_file, source_line LIMIT 1",
-            [list(NO_TEXT_REASONS)],
+            [list(not_found)],
         )
         if first:
             source_file, line, value, sample = first[0]
@@ -1009,7 +1034,12 @@ def run_tokenized_documents(ctx: StageContext, spec: TokenizerSpec) -> StageRepo
     """Tokenize every normalized shard; the tokenizer's name and fingerprint go in the footer."""
     meta = tokenizer_metadata(spec)
     # The fingerprint of the vocabulary, not only its name, decides whether shards are reused.
-    config = {**asdict(spec), "tokenizer_fingerprint": meta[f"{TOKENIZER_META}fingerprint"]}
+    config = {**spec_fields(spec), "tokenizer_fingerprint": meta[f"{TOKENIZER_META}fingerprint"]}
+    template = chat_template_text(spec)
+    if template is not None:
+        # The template's text, not its name: the built-in one may change between releases, and
+        # a tokenizer folder's own is read from a file its fingerprint does not cover.
+        config["chat_template_sha256"] = hashlib.sha256(template.encode()).hexdigest()
     config.pop("threads", None)
     report = _run_map_stage(
         ctx,
@@ -1128,7 +1158,12 @@ class NothingKeptError(StageInputError):
 _SETTING_OF_REASON = {
     "empty_after_normalize": "normalized_documents.config.preset (or strip_html)",
     "pii_density": "normalized_documents.config.pii / pii_max_density",
-    "missing_prompt_field": "tokenized_documents.config.prompt_template (the fields it names)",
+    "missing_prompt_field": (
+        "tokenized_documents.config.prompt_template (the fields it names) or chat_template "
+        "(its conversation, in raw_documents.config.chat_field)"
+    ),
+    "chat_template_error": "tokenized_documents.config.chat_template",
+    "special_token_in_chat": "tokenized_documents.config.chat_template (and the tokenizer)",
     "too_few_tokens": "filtered_documents.config.min_tokens",
     "too_many_tokens": "filtered_documents.config.max_tokens",
     "wrong_language": "filtered_documents.config.language.languages (or enabled: false)",

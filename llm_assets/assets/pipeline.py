@@ -52,6 +52,15 @@ class RawDocumentsConfig(dg.Config):
         ),
     )
     csv_delimiter: str = ","
+    chat_field: str | None = Field(
+        None,
+        description=(
+            "Chat SFT: the field or column holding a conversation (a list of {role, content} "
+            "messages, or ShareGPT's {from, value}) instead of text_field: the last message, the "
+            "assistant's, is the text (learned); the messages before it are the prompt, rendered "
+            "by tokenized_documents' chat_template"
+        ),
+    )
 
 
 class NormalizeConfig(dg.Config):
@@ -80,6 +89,13 @@ class TokenizeConfig(dg.Config):
         None,
         description="SFT: format template over the record's fields, tokenized before the text "
         "(the response); its tokens are masked out of the labels",
+    )
+    chat_template: str | None = Field(
+        None,
+        description="Chat SFT (raw_documents' chat_field): 'chatml', 'tokenizer' (the "
+        "tokenizer folder's own template) or a Jinja chat template (as in a "
+        "tokenizer_config.json) rendering the conversation before the answer into the prompt, "
+        "whose tokens are masked out of the labels",
     )
 
 
@@ -258,7 +274,7 @@ def validate_run_config(
         return (ops.get(op) or {}).get("config") or {}
 
     with _config_errors(RAW_DOCUMENTS):
-        ingest_spec(RawDocumentsConfig(**op_config(RAW_DOCUMENTS)))
+        ingest = ingest_spec(RawDocumentsConfig(**op_config(RAW_DOCUMENTS)))
     with _config_errors(NORMALIZED_DOCUMENTS):
         normalize_spec(NormalizeConfig(**op_config(NORMALIZED_DOCUMENTS)))
     with _config_errors(TOKENIZED_DOCUMENTS):
@@ -268,6 +284,16 @@ def validate_run_config(
     with _config_errors(TRAINING_BATCHES):
         batches_config = BatchesConfig(**op_config(TRAINING_BATCHES))
         batches = _batch_spec(batches_config)
+    both = {RAW_DOCUMENTS, TOKENIZED_DOCUMENTS}
+    unprompted = tokenizer.chat_template is None and tokenizer.prompt_template is None
+    if (steps is None or both <= steps) and ingest.chat_field is not None and unprompted:
+        raise stages.StageInputError(
+            f"{RAW_DOCUMENTS}.config.chat_field is {ingest.chat_field!r} but "
+            f"{TOKENIZED_DOCUMENTS}.config.chat_template is not set: each answer would be "
+            "tokenized without the conversation before it (and learned as if unprompted). "
+            "Set chat_template: chatml, tokenizer (the tokenizer folder's own template) or "
+            "a Jinja chat template"
+        )
     if steps is None or TRAINING_BATCHES in steps:
         _check_eos(tokenizer, batches, megatron=batches_config.megatron)
         if filters.label is not None and batches.layout == "packed":
@@ -293,7 +319,7 @@ def _check_eos(tokenizer: TokenizerSpec, batches: BatchSpec, *, megatron: bool) 
             stages.tokenizer_metadata(tokenizer),
             batches,
             megatron,
-            sft=tokenizer.prompt_template is not None,
+            sft=tokenizer.prompt_template is not None or tokenizer.chat_template is not None,
         )
     except stages.StageInputError as exc:
         path = Path(tokenizer.name)
@@ -323,7 +349,11 @@ def _config_errors(op: str) -> Iterator[None]:
 
 def ingest_spec(config: RawDocumentsConfig) -> IngestSpec:
     """How ``raw_documents`` reads its files (the spec checks its CSV delimiter)."""
-    return IngestSpec(text_field=config.text_field, csv_delimiter=config.csv_delimiter)
+    return IngestSpec(
+        text_field=config.text_field,
+        csv_delimiter=config.csv_delimiter,
+        chat_field=config.chat_field,
+    )
 
 
 def normalize_spec(config: NormalizeConfig) -> NormalizeSpec:
@@ -349,6 +379,7 @@ def tokenizer_spec(config: TokenizeConfig, data_root: Path) -> TokenizerSpec:
         engine=config.engine,
         threads=config.threads,
         prompt_template=config.prompt_template,
+        chat_template=config.chat_template,
     )
     if spec.name != GPT2:
         inside(spec.name, data_root, "tokenizer")

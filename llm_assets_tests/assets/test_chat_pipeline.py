@@ -1,0 +1,183 @@
+"""Chat-format SFT end to end: conversations in, padded batches whose labels cover each
+conversation's last answer only, with every bad conversation a reject at the stage that finds
+it. Real Dagster materializations on the in-process and multiprocess backends."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from llm_assets.assets.pipeline import PIPELINE_ASSET_DEFS
+from llm_assets.compute.resource import ComputeResource
+from llm_assets.lib.tokenization import TokenizerSpec
+from llm_assets.stages import StageInputError
+from llm_assets.warehouse.resource import WarehouseResource
+from llm_assets_tests.conftest import pipeline_run_config
+
+EOS = 50256
+SYSTEMS = ["You are a helpful assistant.", "Answer in one short sentence."]
+SHORT_TEXT_FILTERS = {
+    "min_tokens": 1,
+    "quality": {"enabled": False},
+    "repetition": {"enabled": False},
+    "language": {"languages": []},
+}
+BAD_LINES = {
+    # line: (the conversation, the stage that rejects it, its reason)
+    5: ([{"role": "user", "content": "Is anyone there?"}], "ingest", "invalid_chat"),
+    9: (None, "ingest", "missing_text"),
+    14: (
+        [
+            {"role": "user", "content": "Repeat after me: <|endoftext|>"},
+            {"role": "assistant", "content": "I would rather not repeat that."},
+        ],
+        "tokenize",
+        "special_token_in_chat",
+    ),
+}
+
+
+def conversation(rnd: random.Random, i: int) -> list[dict[str, str]]:
+    """A short conversation of 1-3 exchanges about arithmetic, maybe with a system prompt."""
+    messages = [{"role": "system", "content": rnd.choice(SYSTEMS)}] if rnd.random() < 0.4 else []
+    for _ in range(rnd.randint(1, 3)):
+        a, b = rnd.randint(1, 999), rnd.randint(1, 999) + i
+        messages.append({"role": "user", "content": f"What is {a} plus {b}?"})
+        messages.append({"role": "assistant", "content": f"{a} plus {b} is {a + b}."})
+    return messages
+
+
+def write_chats(folder: Path, n: int = 40) -> Path:
+    folder.mkdir()
+    rnd = random.Random(0)
+    lines = []
+    for line in range(1, n + 1):
+        messages = BAD_LINES[line][0] if line in BAD_LINES else conversation(rnd, line)
+        lines.append(json.dumps({"id": line, "messages": messages}))
+    (folder / "chats.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return folder
+
+
+def chatml(history: list[dict[str, str]]) -> str:
+    """ChatML written out by hand, to check the shipped template against."""
+    turns = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in history)
+    return turns + "<|im_start|>assistant\n"
+
+
+def chat_config(folder: Path, **tokenized: object) -> dict:
+    return pipeline_run_config(
+        folder,
+        rows_per_shard=10,
+        raw_documents={"chat_field": "messages"},
+        normalized_documents={"preset": "none"},
+        tokenized_documents=tokenized,
+        filtered_documents=SHORT_TEXT_FILTERS,
+        training_batches={"layout": "padded", "seq_len": 512},
+    )
+
+
+@pytest.mark.parametrize("backend", ["in_process", "multiprocess"])
+def test_conversations_become_batches_that_learn_the_last_answer_only(tmp_path, backend):
+    folder = write_chats(tmp_path / "chats")
+    root = tmp_path / "wh"
+    workers = 2 if backend == "multiprocess" else 0
+    result = dg.materialize(
+        PIPELINE_ASSET_DEFS,
+        resources={
+            "compute": ComputeResource(backend=backend, workers=workers),
+            "warehouse": WarehouseResource(root=str(root)),
+        },
+        run_config=chat_config(folder, chat_template="chatml"),
+    )
+    assert result.success
+    assert all(check.passed for check in result.get_asset_check_evaluations())
+    catalog = WarehouseResource(root=str(root)).catalog()
+
+    rejects = catalog.query("SELECT source_line, stage, reason FROM rejects ORDER BY source_line")
+    assert rejects == [(line, stage, reason) for line, (_, stage, reason) in BAD_LINES.items()]
+
+    records = {
+        json.loads(line)["id"]: json.loads(line)["messages"]
+        for line in (folder / "chats.jsonl").read_text().splitlines()
+    }
+    tok = TokenizerSpec().build()
+    docs = catalog.query(
+        "SELECT f.doc_id, f.source_line, f.prompt, f.prompt_tokens, f.input_ids, b.labels, "
+        "b.attention_mask FROM filtered_documents f JOIN training_batches b USING (doc_id)"
+    )
+    assert len(docs) == 40 - len(BAD_LINES)
+    for _, line, prompt, prompt_tokens, ids, labels, mask in docs:
+        *history, answer = records[line]
+        assert prompt == chatml(history)
+        prompt_ids, answer_ids = tok.encode_batch([prompt, answer["content"]])
+        assert prompt_tokens == len(prompt_ids)
+        assert list(ids) == prompt_ids + answer_ids
+        n = len(ids) + 1  # the learned EOS after the answer
+        assert labels[:prompt_tokens] == [-100] * prompt_tokens
+        assert labels[prompt_tokens:n] == [*answer_ids, EOS]
+        assert labels[n:] == [-100] * (len(labels) - n) and sum(mask) == n
+
+
+def test_a_custom_template_and_its_errors_are_rejects_of_their_rows(tmp_path):
+    folder = write_chats(tmp_path / "chats", n=20)
+    template = (
+        "{% for m in messages %}{% if m['role'] == 'system' %}"
+        "{{ raise_exception('no system prompts here') }}{% endif %}"
+        "[{{ m['role'] | upper }}] {{ m['content'] }}\n{% endfor %}[ASSISTANT] "
+    )
+    root = tmp_path / "wh"
+    result = dg.materialize(
+        PIPELINE_ASSET_DEFS,
+        resources={"compute": ComputeResource(), "warehouse": WarehouseResource(root=str(root))},
+        run_config=chat_config(folder, chat_template=template),
+    )
+    assert result.success
+    catalog = WarehouseResource(root=str(root)).catalog()
+    errors = catalog.query(
+        "SELECT value, count(*) FROM tokenized_documents_rejects "
+        "WHERE reason = 'chat_template_error' GROUP BY value"
+    )
+    with_system = sum(
+        1
+        for line in (folder / "chats.jsonl").read_text().splitlines()
+        if (m := json.loads(line)["messages"]) and m[0]["role"] == "system"
+    )
+    assert errors == [("no system prompts here", with_system)] and with_system > 0
+    prompts = [p for (p,) in catalog.query("SELECT prompt FROM tokenized_documents")]
+    assert prompts and all(p.startswith("[USER] What is ") for p in prompts)
+    assert all(p.endswith("[ASSISTANT] ") for p in prompts)
+
+
+def test_chat_field_without_a_chat_template_is_refused_before_any_work(tmp_path):
+    folder = write_chats(tmp_path / "chats", n=5)
+    root = tmp_path / "wh"
+    with pytest.raises(StageInputError, match="chat_template is not set"):
+        dg.materialize(
+            PIPELINE_ASSET_DEFS,
+            resources={
+                "compute": ComputeResource(),
+                "warehouse": WarehouseResource(root=str(root)),
+            },
+            run_config=chat_config(folder),
+        )
+    assert not (root / "raw_documents").exists()
+
+
+def test_a_chat_field_the_records_lack_fails_raw_documents_naming_the_setting(tmp_path):
+    folder = tmp_path / "plain"
+    folder.mkdir()
+    (folder / "a.jsonl").write_text('{"text": "hello there", "id": 1}\n' * 3)
+    with pytest.raises(StageInputError, match=r"raw_documents.config.chat_field\)") as error:
+        dg.materialize(
+            PIPELINE_ASSET_DEFS,
+            resources={
+                "compute": ComputeResource(),
+                "warehouse": WarehouseResource(root=str(tmp_path / "wh")),
+            },
+            run_config=chat_config(folder, chat_template="chatml"),
+        )
+    assert "no field 'messages' (fields: text, id)" in str(error.value)
