@@ -1,6 +1,6 @@
 """Deterministic, offline generator of realistic text data, and the shipped sample corpus.
 
-Three kinds of rows, all streamed (never a list of the whole corpus) and reproducible from a seed:
+Four kinds of rows, all streamed (never a list of the whole corpus) and reproducible from a seed:
 
 - :func:`generate_records`: WikiText-2-like lines ``{"text", "title", "id"}``. Articles of
   encyclopedic prose (biographies, ships, storms, songs, films, games, battles, buildings,
@@ -12,10 +12,13 @@ Three kinds of rows, all streamed (never a list of the whole corpus) and reprodu
 - :func:`generate_reviews`: Amazon-review-like rows ``review_id, rating, title, text``.
 - :func:`generate_instructions`: supervised fine-tuning rows ``instruction, input, output`` whose
   outputs are correct (arithmetic, capitals, translations, sorting, summaries of generated text).
+- :func:`generate_chats`: conversations ``{"id", "messages"}`` (``{"role", "content"}`` messages,
+  an optional system prompt, 1 to 3 exchanges of the same tasks, ending with the assistant).
 
-:func:`write_corpus` writes any of them as JSONL (plain, gzip, zstd), Parquet, CSV or TXT, chosen by
-the file suffix; :func:`make_sample` regenerates ``data/sample/`` and ``data/instructions/``
-byte for byte. Command line: ``python -m llm_assets.datagen --help``.
+:func:`write_corpus` writes any of them as JSONL (plain, gzip, zstd), Parquet, CSV or TXT (rows with
+a ``text``: not instructions or chats), chosen by the file suffix; :func:`make_sample` regenerates
+``data/sample/``, ``data/instructions/`` and ``data/chat/`` byte for byte. Command line:
+``python -m llm_assets.datagen --help``.
 
 Only the standard library, numpy, pyarrow and zstandard; no network. Sentences are filled template
 by template with numpy draws over a chunk of rows, which is what makes a million rows take seconds.
@@ -26,6 +29,7 @@ from __future__ import annotations
 import argparse
 import csv
 import gzip
+import itertools
 import json
 import random
 import re
@@ -1290,8 +1294,23 @@ def generate_instructions(n: int, seed: int = 0) -> Iterator[dict[str, Any]]:
         )
         if record["kind"] == KIND_PARAGRAPH and 150 <= len(record["text"]) <= 1200
     )
-    reviews = generate_reviews(2**62, seed)
-    tasks: tuple[Callable[[random.Random], tuple[str, str, str]], ...] = (
+    tasks = _tasks(paragraphs, generate_reviews(2**62, seed))
+    for _ in range(n):
+        instruction, task_input, output = rnd.choice(tasks)(rnd)
+        yield {"instruction": instruction, "input": task_input, "output": output}
+
+
+_Task = Callable[[random.Random], tuple[str, str, str]]
+"""An instruction task: draws from the random stream it is given, returns ``(instruction, input,
+output)``."""
+
+
+def _tasks(
+    paragraphs: Iterator[Mapping[str, Any]], reviews: Iterator[Mapping[str, Any]]
+) -> tuple[_Task, ...]:
+    """The task types of :func:`generate_instructions` (and :func:`generate_chats`), taking their
+    texts from ``paragraphs`` (records with ``text`` and ``title``) and ``reviews``."""
+    return (
         lambda r: _summarize(next(paragraphs)),
         lambda r: _suggest_title(next(paragraphs)),
         lambda r: _classify_sentiment(next(reviews)),
@@ -1305,9 +1324,6 @@ def generate_instructions(n: int, seed: int = 0) -> Iterator[dict[str, Any]]:
         _list_items,
         lambda r: _extract_years(next(paragraphs)),
     )
-    for _ in range(n):
-        instruction, task_input, output = rnd.choice(tasks)(rnd)
-        yield {"instruction": instruction, "input": task_input, "output": output}
 
 
 def _first_sentence(text: str) -> str:
@@ -1408,11 +1424,129 @@ def _extract_years(record: Mapping[str, Any]) -> tuple[str, str, str]:
     return "List the years mentioned in the following text, in order of appearance.", text, output
 
 
+# --- chats (conversations for supervised fine-tuning) ---------------------------------------------
+_CHAT_RECORDS_SEED = 1 << 32
+"""Added to the seed of the paragraphs :func:`generate_chats` draws its texts from, so that they
+are not the paragraphs of :func:`generate_instructions` or of a corpus of a small seed."""
+_SYSTEM_PROMPTS = _items(
+    """You are a helpful assistant.|
+    You are a helpful assistant. Answer accurately and briefly.|
+    You are a careful assistant: answer exactly what is asked, nothing more.|
+    You are an assistant for an encyclopedia project. You summarize and classify texts, answer
+    questions about places, words and numbers, and do small calculations."""
+)
+_SYSTEM_SHARE = 1 / 3
+_EXCHANGE_COUNTS = (1, 2, 3)
+_EXCHANGE_WEIGHTS = (0.5, 0.3, 0.2)
+_FOLLOW_UP_SHARE = 0.4
+"""Of the later exchanges whose previous question allows one: the share that asks about it again
+(``Thanks! And what is that times 7?``) rather than asking something else."""
+_NEXT_OPENERS = ("Thanks! And ", "Great, thank you. ", "One more question. ", "Next: ", "")
+"""Put before a later exchange's question (after ``Thanks! And `` it starts in lowercase)."""
+_ARITHMETIC_QUESTION = re.compile(r"What is (-?\d+) (plus|minus|times) (\d+)\?")
+_TRANSLATE_QUESTION = re.compile(r'Translate the word "([a-z]+)" into ([A-Z][a-z]+)\.')
+_OPERATIONS: dict[str, Callable[[int, int], int]] = {
+    "plus": int.__add__,
+    "minus": int.__sub__,
+    "times": int.__mul__,
+}
+
+
+def generate_chats(n: int, seed: int = 0) -> Iterator[dict[str, Any]]:
+    """Yield ``n`` conversation rows ``{"id", "messages"}`` for chat fine-tuning.
+
+    ``messages`` is a list of ``{"role", "content"}``: about a third start with a ``system``
+    message (one of a few prompts), then 1 to 3 exchanges of a ``user`` question and the
+    ``assistant``'s answer; the last message is always the assistant's. The questions are
+    :func:`generate_instructions`' tasks (the content is the instruction, then a blank line and
+    the input when there is one); a later question is another task (``Thanks! And ...``) or a
+    follow-up on the previous one (the same sum carried on, the same word in another language).
+    Every answer is correct for its question. Ids are ``chat-<seed>-<i>`` (``i`` in 8 digits).
+
+    A random stream of its own: the instructions and the sample files do not change with it.
+    """
+    if n < 0:
+        raise ValueError(f"n must be >= 0, got {n}")
+    rnd = random.Random(f"chats:{seed}")
+    paragraphs = (
+        record
+        for record in generate_records(
+            2**62,
+            seed + _CHAT_RECORDS_SEED,
+            languages=("en",),
+            duplicate_fraction=0.0,
+            style=PLAIN,
+            with_meta=True,
+        )
+        if record["kind"] == KIND_PARAGRAPH and 150 <= len(record["text"]) <= 800
+    )
+    tasks = _tasks(paragraphs, _chat_reviews(seed))
+    for i in range(n):
+        messages: list[dict[str, str]] = []
+        if rnd.random() < _SYSTEM_SHARE:
+            messages.append({"role": "system", "content": rnd.choice(_SYSTEM_PROMPTS)})
+        exchanges = rnd.choices(_EXCHANGE_COUNTS, weights=_EXCHANGE_WEIGHTS)[0]
+        previous: tuple[str, str, str] | None = None
+        for exchange in range(exchanges):
+            follow_up = _follow_up(previous, rnd) if previous is not None else None
+            if follow_up is not None and rnd.random() < _FOLLOW_UP_SHARE:
+                question, answer = follow_up
+                previous = None  # a follow-up is not followed up again
+            else:
+                previous = rnd.choice(tasks)(rnd)
+                instruction, task_input, answer = previous
+                question = instruction + (f"\n\n{task_input}" if task_input else "")
+                if exchange:
+                    question = _next_question(question, rnd)
+            messages.append({"role": "user", "content": question})
+            messages.append({"role": "assistant", "content": answer})
+        yield {"id": f"chat-{seed}-{i:08d}", "messages": messages}
+
+
+def _chat_reviews(seed: int) -> Iterator[dict[str, Any]]:
+    """Reviews for :func:`generate_chats`: like :func:`generate_reviews` on a stream of their
+    own (``generate_reviews(..., seed)`` is what the instructions of that seed use)."""
+    return generate_reviews(2**62, seed + _CHAT_RECORDS_SEED)
+
+
+def _next_question(question: str, rnd: random.Random) -> str:
+    opener = rnd.choice(_NEXT_OPENERS)
+    if opener.endswith("And "):
+        return opener + question[0].lower() + question[1:]
+    return opener + question
+
+
+def _follow_up(task: tuple[str, str, str], rnd: random.Random) -> tuple[str, str] | None:
+    """A question about the previous task's question and its correct answer, or None if there is
+    none for this task (only arithmetic and translations have one)."""
+    instruction = task[0]
+    if match := _ARITHMETIC_QUESTION.fullmatch(instruction):
+        a, name, b = int(match[1]), match[2], int(match[3])
+        result = _OPERATIONS[name](a, b)
+        name, c = rnd.choice((("plus", rnd.randint(2, 99)), ("times", rnd.randint(2, 9))))
+        return (
+            f"Thanks! And what is that {name} {c}?",
+            f"{result} {name} {c} is {_OPERATIONS[name](result, c)}.",
+        )
+    if match := _TRANSLATE_QUESTION.fullmatch(instruction):
+        word, language = match[1], match[2]
+        others = [
+            (code, name)
+            for code, name in _LANGUAGE_NAMES.items()
+            if code != "en" and name != language
+        ]
+        code, name = rnd.choice(others)
+        foreign = _DICTIONARY[word][LANGUAGES.index(code) - 1]
+        return f"Thanks! And in {name}?", f'In {name}, "{word}" is "{foreign}".'
+    return None
+
+
 # --- writing files --------------------------------------------------------------------------------
 GENERATORS: dict[str, Callable[..., Iterator[dict[str, Any]]]] = {
     "corpus": generate_records,
     "reviews": generate_reviews,
     "instructions": generate_instructions,
+    "chats": generate_chats,
 }
 """The generators :func:`write_corpus` and the command line know by name."""
 
@@ -1440,13 +1574,15 @@ def write_corpus(
 
     Args:
         path: ``.jsonl``, ``.jsonl.gz``, ``.jsonl.zst``, ``.parquet``, ``.csv`` or ``.txt``
-            (TXT: only the ``text_field`` of each row, rows separated by a blank line). Parent
+            (TXT: only the ``text_field`` of each row, rows separated by a blank line; rows
+            without a string there, such as chats, are refused with a ValueError. CSV: a list or
+            dict value, such as a chat's messages, is written as a JSON string cell). Parent
             folders are created. Compressed files are byte-identical for identical rows (no
             timestamps).
         rows: how many rows to generate with the ``kind`` generator (:data:`GENERATORS`), or
             the rows themselves (any iterable of mappings, e.g. ``generate_records(...)``).
         seed: the generator's seed (ignored when ``rows`` are given).
-        kind: ``corpus``, ``reviews`` or ``instructions``.
+        kind: ``corpus``, ``reviews``, ``instructions`` or ``chats``.
         text_field: the field a TXT file takes from each row.
         progress: called with the number of rows written so far after every chunk.
         **kwargs: passed to the generator (e.g. ``duplicate_fraction`` for ``corpus``).
@@ -1461,15 +1597,25 @@ def write_corpus(
         raise TypeError(f"generator options {sorted(kwargs)} given with explicit rows")
     else:
         records = rows
+    if fmt == "txt":  # refuse rows without a text before creating the file
+        records = iter(records)
+        first = next(records, None)
+        if first is not None:
+            _TxtSink.check(first, text_field)
+            records = itertools.chain((first,), records)
     path.parent.mkdir(parents=True, exist_ok=True)
     writer = _WRITERS[fmt]
     written = 0
-    with writer(path, text_field) as sink:
-        for chunk in _chunks(records, _WRITE_CHUNK):
-            sink.write(chunk)
-            written += len(chunk)
-            if progress is not None:
-                progress(written)
+    try:
+        with writer(path, text_field) as sink:
+            for chunk in _chunks(records, _WRITE_CHUNK):
+                sink.write(chunk)
+                written += len(chunk)
+                if progress is not None:
+                    progress(written)
+    except ValueError:  # a row the format cannot hold: no half-written file
+        path.unlink(missing_ok=True)
+        raise
     return path
 
 
@@ -1556,7 +1702,18 @@ class _CsvSink(_Sink):
         if self.writer is None:
             self.writer = csv.DictWriter(self.handle, fieldnames=list(rows[0]), lineterminator="\n")
             self.writer.writeheader()
-        self.writer.writerows(rows)
+        self.writer.writerows(map(_csv_cells, rows))
+
+
+def _csv_cells(row: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``row`` with each list or dict value as JSON (the csv module would write its Python repr):
+    a chat's ``messages`` become a JSON string cell, which ingest's ``chat_field`` reads."""
+    if not any(isinstance(value, (list, dict)) for value in row.values()):
+        return row
+    return {
+        name: json.dumps(value, ensure_ascii=False) if isinstance(value, (list, dict)) else value
+        for name, value in row.items()
+    }
 
 
 class _TxtSink(_Sink):
@@ -1566,8 +1723,20 @@ class _TxtSink(_Sink):
         self._closers.append(self.handle)
         self.first = True
 
+    @staticmethod
+    def check(row: Mapping[str, Any], text_field: str) -> None:
+        """ValueError unless ``row`` has a string ``text_field`` (all a TXT file keeps)."""
+        if not isinstance(row.get(text_field), str):
+            fields = ", ".join(row) or "none"
+            raise ValueError(
+                f"a .txt file holds only the string field {text_field!r} of each row, and this "
+                f"row has none (its fields: {fields}); write .jsonl, .jsonl.gz, .jsonl.zst, "
+                ".parquet or .csv instead"
+            )
+
     def write(self, rows: list[Mapping[str, Any]]) -> None:
         for row in rows:
+            self.check(row, self.text_field)
             lines = row[self.text_field].splitlines()
             paragraph = "\n".join(line for line in lines if line.strip())
             if not paragraph:
@@ -1589,7 +1758,8 @@ _WRITERS: dict[str, Callable[[Path, str], _Sink]] = {
 # --- the shipped sample ---------------------------------------------------------------------------
 @dataclass(frozen=True)
 class PlantedLine:
-    """A deliberately bad (or odd) line of ``wiki_sample.jsonl`` and what ingest makes of it."""
+    """A deliberately bad (or odd) line of a shipped JSONL file (``wiki_sample.jsonl``,
+    ``chats.jsonl``) and what ingest makes of it."""
 
     line: int
     """1-based line number in the file."""
@@ -1645,14 +1815,38 @@ PLANTED_LINES: tuple[PlantedLine, ...] = (
 )
 """The six planted lines of ``data/sample/wiki_sample.jsonl`` (see ``data/README.md``)."""
 
+SAMPLE_CHATS = 120
+"""Generated conversations in ``chat/chats.jsonl``."""
+PLANTED_CHAT_LINES: tuple[PlantedLine, ...] = (
+    PlantedLine(
+        37,
+        "invalid_chat",
+        "the last message is the user's: a conversation without an answer to learn",
+        b'{"id": "planted-last-user", "messages": [{"role": "user", "content": "What is the '
+        b'capital of Peru?"}, {"role": "assistant", "content": "The capital of Peru is Lima."}, '
+        b'{"role": "user", "content": "Thanks! And what is the capital of Bolivia?"}]}',
+    ),
+    PlantedLine(
+        101,
+        "missing_text",
+        '"messages": null',
+        b'{"id": "planted-null-messages", "messages": null}',
+    ),
+)
+"""The two planted lines of ``data/chat/chats.jsonl``, read with ``chat_field: messages`` (see
+``data/README.md``)."""
+SAMPLE_CHAT_LINES = SAMPLE_CHATS + len(PLANTED_CHAT_LINES)
+"""Lines of ``chat/chats.jsonl``: the generated conversations plus the planted lines."""
+
 
 def make_sample(root: str | Path = DATA_DIR, seed: int = SAMPLE_SEED) -> dict[str, int]:
     """(Re)write the shipped sample under ``root``: ``sample/`` (what the pipeline reads by
-    default) and ``instructions/instructions.jsonl`` (SFT rows, not read by default).
+    default), ``instructions/instructions.jsonl`` and ``chat/chats.jsonl`` (SFT rows, not read by
+    default).
 
     The result is byte-identical for the same seed (and pyarrow version, for the Parquet file).
     Returns each file's path relative to ``root`` and its number of rows (lines for
-    ``wiki_sample.jsonl``, paragraphs for ``notes.txt``).
+    ``wiki_sample.jsonl`` and ``chats.jsonl``, paragraphs for ``notes.txt``).
     """
     root = Path(root)
     sample = root / "sample"
@@ -1684,21 +1878,39 @@ def make_sample(root: str | Path = DATA_DIR, seed: int = SAMPLE_SEED) -> dict[st
         ({"text": textwrap.fill(next(notes)["text"], width=88)} for _ in range(40)),
     )
     write("instructions/instructions.jsonl", generate_instructions(200, seed))
+    counts["chat/chats.jsonl"] = _write_planted(
+        root / "chat" / "chats.jsonl", generate_chats(SAMPLE_CHATS, seed), PLANTED_CHAT_LINES
+    )
     return counts
 
 
 def _write_wiki_sample(path: Path, seed: int) -> int:
     """Generated records with :data:`PLANTED_LINES` at their line numbers; returns the lines."""
-    planted = {p.line: p.raw for p in PLANTED_LINES}
-    records = generate_records(SAMPLE_WIKI_LINES - len(planted), seed)
+    records = generate_records(SAMPLE_WIKI_LINES - len(PLANTED_LINES), seed)
+    return _write_planted(path, records, PLANTED_LINES)
+
+
+def _write_planted(
+    path: Path, rows: Iterator[Mapping[str, Any]], planted_lines: Sequence[PlantedLine]
+) -> int:
+    """JSONL of ``rows`` with ``planted_lines`` at their line numbers (a row after the last
+    planted line is written too); returns the lines written."""
+    planted = {p.line: p.raw for p in planted_lines}
     path.parent.mkdir(parents=True, exist_ok=True)
+    line = 0
     with open(path, "wb") as handle:
-        for line in range(1, SAMPLE_WIKI_LINES + 1):
-            raw = planted.get(line)
+        while True:
+            line += 1
+            raw = planted.pop(line, None)
             if raw is None:
-                raw = json.dumps(next(records), ensure_ascii=False).encode("utf-8")
+                row = next(rows, None)
+                if row is None:
+                    break
+                raw = json.dumps(row, ensure_ascii=False).encode("utf-8")
             handle.write(raw + b"\n")
-    return SAMPLE_WIKI_LINES
+    if planted:
+        raise ValueError(f"{path}: too few rows for the planted lines {sorted(planted)}")
+    return line - 1
 
 
 # --- command line ---------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """The data generator: deterministic bytes in every format, WikiText-2-like length and duplicate
-statistics, languages, reviews and instructions, the command line, and the shipped sample."""
+statistics, languages, reviews, instructions and chats, the command line, and the shipped
+sample."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 import zstandard
 
+from llm_assets.datagen import _DICTIONARY as DICTIONARY
 from llm_assets.datagen import (
     FORMATS,
     KIND_DUPLICATE,
@@ -25,8 +27,12 @@ from llm_assets.datagen import (
     KIND_NEAR_DUPLICATE,
     KIND_PARAGRAPH,
     PLAIN,
+    PLANTED_CHAT_LINES,
     PLANTED_LINES,
+    SAMPLE_CHAT_LINES,
+    SAMPLE_CHATS,
     SAMPLE_WIKI_LINES,
+    generate_chats,
     generate_instructions,
     generate_records,
     generate_reviews,
@@ -39,6 +45,7 @@ from llm_assets.datagen import (
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE_DIR = REPO / "data" / "sample"
+CHATS = REPO / "data" / "chat" / "chats.jsonl"
 N = 20_000
 
 
@@ -244,6 +251,124 @@ def test_instructions_are_correct_and_deterministic():
     assert checked > 10
 
 
+def test_chats_are_well_formed_conversations_and_deterministic():
+    rows = list(generate_chats(800, seed=2))
+    assert rows == list(generate_chats(800, seed=2))
+    assert rows[:50] == list(generate_chats(50, seed=2))  # streamed: a prefix of a longer run
+    assert rows != list(generate_chats(800, seed=3))
+    assert [r["id"] for r in rows[:3]] == [f"chat-2-{i:08d}" for i in range(3)]
+    exchanges = Counter()
+    for row in rows:
+        assert list(row) == ["id", "messages"]
+        messages = row["messages"]
+        assert all(list(m) == ["role", "content"] for m in messages)
+        assert all(isinstance(m["content"], str) and m["content"].strip() for m in messages)
+        roles = [m["role"] for m in messages]
+        turns = roles[1:] if roles[0] == "system" else roles
+        assert turns == ["user", "assistant"] * (len(turns) // 2) and turns, roles
+        assert roles[-1] == "assistant"
+        exchanges[len(turns) // 2] += 1
+    assert set(exchanges) == {1, 2, 3}
+    assert 0.25 < sum(r["messages"][0]["role"] == "system" for r in rows) / len(rows) < 0.42
+    assert (
+        len({r["messages"][0]["content"] for r in rows if r["messages"][0]["role"] == "system"}) > 2
+    )
+    users = [m["content"] for r in rows for m in r["messages"] if m["role"] == "user"]
+    assert any(u.startswith("Thanks! And ") for u in users)
+    assert any("\n\n" in u for u in users) and any("\n\n" not in u for u in users)
+
+
+def test_chat_answers_are_correct_for_their_questions():
+    operations = {"plus": int.__add__, "minus": int.__sub__, "times": int.__mul__}
+    translations = {
+        (english, language): foreign
+        for english, words in DICTIONARY.items()
+        for language, foreign in zip(("German", "French", "Spanish"), words, strict=True)
+    }
+    checked = Counter()
+    for row in generate_chats(1500, seed=4):
+        messages = [m for m in row["messages"] if m["role"] != "system"]
+        last_result, last_word = None, None
+        for question, answer in zip(messages[::2], messages[1::2], strict=True):
+            q, a = question["content"], answer["content"]
+            if match := re.search(r"[Ww]hat is (\d+) (plus|minus|times) (\d+)\?$", q):
+                x, op, y = match.groups()
+                result = operations[op](int(x), int(y))
+                assert a == f"{x} {op} {y} is {result}.", (q, a)
+                last_result, last_word = result, None
+                checked["arithmetic"] += 1
+            elif match := re.fullmatch(r"Thanks! And what is that (plus|times) (\d+)\?", q):
+                op, y = match.groups()
+                assert last_result is not None, row
+                result = operations[op](last_result, int(y))
+                assert a == f"{last_result} {op} {y} is {result}.", (q, a)
+                last_result = None
+                checked["follow-up sum"] += 1
+            elif match := re.search(r'ranslate the word "(\w+)" into (\w+)\.$', q):
+                word, language = match.groups()
+                assert a == f'In {language}, "{word}" is "{translations[word, language]}".'
+                last_result, last_word = None, (word, language)
+                checked["translation"] += 1
+            elif match := re.fullmatch(r"Thanks! And in (\w+)\?", q):
+                assert last_word is not None and last_word[1] != match[1], row
+                word, language = last_word[0], match[1]
+                assert a == f'In {language}, "{word}" is "{translations[word, language]}".'
+                last_word = None
+                checked["follow-up translation"] += 1
+            else:
+                if "ort the following words alphabetically.\n\n" in q:
+                    words = q.split("\n\n", 1)[1]
+                    assert a == ", ".join(sorted(words.split(", ")))
+                    checked["sort"] += 1
+                last_result = last_word = None
+    assert min(checked.values()) > 5 and len(checked) == 5, checked
+
+
+def test_chats_leave_the_instructions_alone():
+    """generate_chats has random streams of its own: the instructions of a seed do not depend on
+    whether (or how many) chats were generated before or between them."""
+    first = list(generate_instructions(50, seed=0))
+    chats = generate_chats(100, seed=0)
+    next(chats)
+    instructions = generate_instructions(50, seed=0)
+    mixed = []
+    for row in instructions:
+        mixed.append(row)
+        next(chats)
+    assert mixed == first
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".jsonl.gz", ".parquet", ".csv"])
+def test_chats_written_in_every_format_that_holds_them(tmp_path, suffix):
+    path = write_corpus(tmp_path / f"chats{suffix}", 60, seed=1, kind="chats")
+    expected = list(generate_chats(60, seed=1))
+    rows = read_rows(path)
+    if suffix == ".csv":  # the messages as a JSON string cell
+        assert all(isinstance(r["messages"], str) for r in rows)
+        rows = [{**r, "messages": json.loads(r["messages"])} for r in rows]
+    assert rows == expected
+    from llm_assets.lib.ingest import IngestSpec, read_documents
+
+    results = list(read_documents(str(path), path.name, IngestSpec(chat_field="messages")))
+    assert sum(r.kept.num_rows for r in results) == 60
+    assert not any(r.rejects.num_rows for r in results)
+    texts = [t for r in results for t in r.kept["text"].to_pylist()]
+    assert texts == [row["messages"][-1]["content"] for row in expected]
+
+
+def test_chats_are_refused_as_txt_before_anything_is_written(tmp_path, capsys):
+    with pytest.raises(ValueError, match=r"\.txt file holds only the string field 'text'"):
+        write_corpus(tmp_path / "chats.txt", 10, kind="chats")
+    assert not (tmp_path / "chats.txt").exists()
+    with pytest.raises(ValueError, match="its fields: id, messages"):  # given rows: the same
+        write_corpus(tmp_path / "given.txt", generate_chats(10))
+    assert not (tmp_path / "given.txt").exists()
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--kind", "chats", "--rows", "5", "--out", str(tmp_path / "cli.txt")])
+    assert exit_info.value.code == 2 and "write .jsonl" in capsys.readouterr().err
+    assert not (tmp_path / "cli.txt").exists()
+
+
 # --- command line -----------------------------------------------------------------------------
 def test_command_line_writes_rows_and_reports_progress(tmp_path, capsys):
     out = tmp_path / "generated" / "corpus.jsonl.zst"
@@ -253,6 +378,9 @@ def test_command_line_writes_rows_and_reports_progress(tmp_path, capsys):
     reviews = tmp_path / "reviews.csv"
     assert main(["--kind", "reviews", "--rows", "40", "--out", str(reviews)]) == 0
     assert len(read_rows(reviews)) == 40
+    chats = tmp_path / "chats.jsonl"
+    assert main(["--kind", "chats", "--rows", "30", "--seed", "2", "--out", str(chats)]) == 0
+    assert read_rows(chats) == list(generate_chats(30, seed=2))
 
 
 def test_command_line_refuses_an_all_duplicate_corpus_with_a_message(tmp_path, capsys):
@@ -281,11 +409,13 @@ def test_shipped_sample_is_what_make_sample_writes(tmp_path):
         "sample/reviews.csv": 200,
         "sample/notes.txt": 40,
         "instructions/instructions.jsonl": 200,
+        "chat/chats.jsonl": SAMPLE_CHAT_LINES,
     }
     shipped = REPO / "data"
     assert sorted(p.name for p in SAMPLE_DIR.iterdir()) == sorted(
         Path(name).name for name in counts if name.startswith("sample/")
     )
+    assert sorted(p.name for p in CHATS.parent.iterdir()) == ["chats.jsonl"]
     total = 0
     for name, rows in counts.items():
         ours, theirs = tmp_path / name, shipped / name
@@ -345,3 +475,47 @@ def test_ingest_rejects_exactly_the_planted_lines():
         )
     )
     assert f"`{reasons[blank]}` in `normalized_documents`" in rows[blank]
+
+
+# --- the shipped chats ------------------------------------------------------------------------
+def test_chat_planted_lines_are_where_the_constant_and_readme_say():
+    lines = CHATS.read_bytes().split(b"\n")
+    assert lines[-1] == b"" and len(lines) - 1 == SAMPLE_CHAT_LINES == SAMPLE_CHATS + 2
+    readme = (REPO / "data" / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("### The planted lines of `chat/chats.jsonl`") :]
+    planted = {p.line: p for p in PLANTED_CHAT_LINES}
+    assert {p.reason for p in PLANTED_CHAT_LINES} == {"invalid_chat", "missing_text"}
+    for line, p in planted.items():
+        assert lines[line - 1] == p.raw
+        assert re.search(rf"^\| {line} \|.*\| reject `{p.reason}`", section, re.MULTILINE), line
+    assert json.loads(planted[101].raw)["messages"] is None
+    assert json.loads(planted[37].raw)["messages"][-1]["role"] == "user"
+    others = [json.loads(line) for i, line in enumerate(lines[:-1], 1) if i not in planted]
+    assert others == list(generate_chats(SAMPLE_CHATS))
+
+
+def test_ingest_rejects_exactly_the_planted_chat_lines():
+    from llm_assets.lib.ingest import IngestSpec, read_documents
+
+    kept, rejected = 0, {}
+    for result in read_documents(str(CHATS), CHATS.name, IngestSpec(chat_field="messages")):
+        kept += result.kept.num_rows
+        rejects = result.rejects
+        for line, reason, value in zip(
+            rejects["source_line"].to_pylist(),
+            rejects["reason"].to_pylist(),
+            rejects["value"].to_pylist(),
+            strict=True,
+        ):
+            rejected[line] = (reason, value)
+    assert {line: reason for line, (reason, _) in rejected.items()} == {
+        p.line: p.reason for p in PLANTED_CHAT_LINES
+    }
+    assert kept == SAMPLE_CHATS
+    readme = (REPO / "data" / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("### The planted lines of `chat/chats.jsonl`") :]
+    rows = {int(m[1]): m[2] for m in re.finditer(r"^\| (\d+) \|.*\| (.*) \|$", section, re.M)}
+    for line, (reason, value) in rejected.items():
+        assert f"reject `{reason}`" in rows[line], line
+        if "value" in rows[line]:
+            assert f"(value `{value}`)" in rows[line], (line, value)
