@@ -23,7 +23,7 @@ STAGE_CODE_VERSIONS: dict[str, str] = {
     NORMALIZED_DOCUMENTS: "4",
     TOKENIZED_DOCUMENTS: "3",
     FILTERED_DOCUMENTS: "5",
-    TRAINING_BATCHES: "3",
+    TRAINING_BATCHES: "4",
 }
 """Bump a stage's version when its output for the same input and config changes: its shards (and
 everything downstream) are then recomputed instead of reused."""

@@ -49,6 +49,11 @@ some other way (copies, older warehouses whose batch folder several upstream sta
 Files are opened memory-mapped and decoded one row group at a time (the writer sizes row groups
 for random access); list columns become numpy views over the group's flat buffer, with no Python
 object per token.
+
+Every column is read by default except ``doc_ids`` (the ``packed`` layout's lineage: the documents
+in each block), which a ``DataLoader`` could not collate (blocks hold different numbers of
+documents) and training does not need: name it in ``columns`` to get it, a list of strings per
+block.
 """
 
 from __future__ import annotations
@@ -63,7 +68,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from llm_assets.lib.batching import BATCH, META_PREFIX
+from llm_assets.lib.batching import BATCH, DOC_IDS, META_PREFIX
 from llm_assets.lib.schema import DOC_ID
 
 try:  # optional: torch is an extra, the reader works without it
@@ -408,7 +413,11 @@ class _Files:
         if self._cache is not None and self._cache[0] == index:
             return self._cache[1]
         f, g = self.groups[index]
-        table = self._handle(f).read_row_group(g, columns=self.columns)
+        handle = self._handle(f)
+        columns = self.columns
+        if columns is None:
+            columns = [name for name in handle.schema_arrow.names if name != DOC_IDS]
+        table = handle.read_row_group(g, columns=columns)
         decoded = {name: _decode(table.column(name)) for name in table.column_names}
         self._cache = (index, decoded)
         return decoded
@@ -498,8 +507,16 @@ class _Files:
 
 
 def _decode(column: pa.ChunkedArray) -> Any:
+    """A list column of numbers as (flat values, offsets); a list column of strings as an object
+    array of Python lists (one per row); any other column as a numpy array."""
     array = column.combine_chunks()
-    if pa.types.is_list(array.type) or pa.types.is_large_list(array.type):
+    is_list = pa.types.is_list(array.type) or pa.types.is_large_list(array.type)
+    if is_list and not pa.types.is_integer(array.type.value_type):
+        rows = np.empty(len(array), dtype=object)
+        for i, row in enumerate(array.to_pylist()):
+            rows[i] = row  # one by one: equal-length rows would otherwise make a 2-D array
+        return rows
+    if is_list:
         values = array.values.to_numpy(zero_copy_only=False)
         offsets = array.offsets.to_numpy()
         return values, offsets
@@ -605,14 +622,17 @@ class TokenBatchDataset(_MapBase):  # type: ignore[misc,valid-type]
         return _row(self._files.group(group), row, self.tensors)
 
     def get_batch(self, indices: Sequence[int]) -> dict[str, np.ndarray]:
-        """Several sequences stacked (fixed-length layouts; ragged ones as lists). Row mode
-        only: with ``batches=True`` every item is already a batch."""
+        """Several sequences stacked (fixed-length layouts; ragged ones, and ``doc_ids``, as
+        lists). Row mode only: with ``batches=True`` every item is already a batch."""
         if self.batches:
             raise TypeError("get_batch stacks rows: with batches=True, ds[i] is already a batch")
         rows = [self[i] for i in indices]
         out: dict[str, Any] = {}
         for key in rows[0] if rows else []:
             items = [r[key] for r in rows]
+            if isinstance(items[0], list):  # a block's doc_ids: strings, not a tensor
+                out[key] = items
+                continue
             try:
                 out[key] = np.stack(items)
             except ValueError:

@@ -802,7 +802,7 @@ def build_sequences(
         table[PROMPT_TOKENS].to_numpy()[order] if PROMPT_TOKENS in table.column_names else None
     )
     labels = table[LABEL].take(pa.array(order)) if LABEL in table.column_names else None
-    doc_ids = table[DOC_ID].take(pa.array(order)).to_pylist()
+    ordered_ids = table[DOC_ID].take(pa.array(order))
     if spec.layout == "packed":
         if task.eos_id is None:
             raise ValueError("the packed layout needs an EOS id")
@@ -816,7 +816,9 @@ def build_sequences(
             token_type,
             truncate=spec.overflow == "truncate",
             prompt_tokens=prompts,
+            doc_ids=ordered_ids,
         )
+    doc_ids = ordered_ids.to_pylist()
     eos_id = task.eos_id if _sft_eos(table, spec) else None
     if _sft_eos(table, spec):
         if eos_id is None:

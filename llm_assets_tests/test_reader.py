@@ -46,7 +46,9 @@ def _write(
 ) -> None:
     rng = np.random.default_rng(seed)
     docs = [rng.integers(0, 50_000, rng.integers(1, 90), dtype=np.uint16) for _ in range(n_docs)]
-    table, _ = pack_sequences(docs, SEQ, 50256, 50256, False, pa.uint16())
+    names = [f"{split}-{part}-{seed}-{i}" for i in range(n_docs)]
+    # As training_batches writes them: with each block's documents (doc_ids).
+    table, _ = pack_sequences(docs, SEQ, 50256, 50256, False, pa.uint16(), doc_ids=names)
     meta = batch_schema_metadata(
         spec=BatchSpec(seq_len=SEQ),
         tokenizer_name="gpt2",
@@ -179,6 +181,35 @@ def test_columns_limits_what_is_decoded(batches):
         x["input_ids"].tolist()
         for x in IterableTokenBatches(batches, "train", columns=["input_ids"])
     ] == _all_rows(batches)
+
+
+def test_doc_ids_are_read_only_when_named(batches):
+    """A packed block's documents (``doc_ids``, of different counts per block) are left out by
+    default, so DataLoader's default collate works; named in ``columns`` they are lists."""
+    default = TokenBatchDataset(batches, "train")
+    assert set(default[0]) == {"input_ids", "attention_mask", "position_ids"}
+    expected = [
+        row
+        for f in batch_files(batches, "train")
+        for row in pq.read_table(f)["doc_ids"].to_pylist()
+    ]
+    assert len({len(row) for row in expected}) > 1  # blocks of different document counts
+    for tensors in ("np", "pt") if torch_available() else ("np",):
+        named = TokenBatchDataset(
+            batches, "train", columns=["input_ids", "doc_ids"], return_tensors=tensors
+        )
+        assert [named[i]["doc_ids"] for i in range(len(named))] == expected
+        assert named.get_batch([0, 1])["doc_ids"] == expected[:2]
+    iterable = IterableTokenBatches(batches, "train", columns=["doc_ids"])
+    assert [item["doc_ids"] for item in iterable] == expected
+
+
+def torch_available() -> bool:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def test_files_of_two_upstream_states_in_one_folder_are_refused(batches):

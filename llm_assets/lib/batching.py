@@ -44,6 +44,10 @@ the row's batch number within its file; consecutive rows with one number are one
 ATTENTION_MASK = "attention_mask"
 POSITION_IDS = "position_ids"
 LABELS = "labels"
+DOC_IDS = "doc_ids"
+"""Column of the ``packed`` layout: the ``doc_id`` of every document with tokens in the block (its
+EOS counts), in order; a document continued from the block before comes first. The block's
+lineage: joinable to ``filtered_documents`` and, through it, to the source file and line."""
 IGNORE_INDEX = -100
 """Label of padding positions: the index PyTorch's cross-entropy ignores by default."""
 FORMAT_VERSION = "1"
@@ -218,6 +222,7 @@ def pack_sequences(
     *,
     truncate: bool = False,
     prompt_tokens: Sequence[int] | np.ndarray | None = None,
+    doc_ids: pa.Array | pa.ChunkedArray | Sequence[str] | None = None,
 ) -> tuple[pa.Table, PackStats]:
     """Concatenate documents in the given order, each followed by ``eos_id``, and cut the stream
     into blocks of exactly ``seq_len`` tokens (documents may span blocks).
@@ -231,7 +236,8 @@ def pack_sequences(
     With ``truncate`` every document is first cut to ``seq_len - 1`` tokens (``truncated_tokens``
     counts the cut). With ``prompt_tokens`` (SFT rows) a ``labels`` column is added: the input
     ids, with -100 on each document's leading prompt tokens and on padding, so the loss covers
-    responses and separators only.
+    responses and separators only. With ``doc_ids`` (one per document, in the given order) a
+    :data:`DOC_IDS` column lists each block's documents.
 
     Token arrays must cast safely to ``token_type`` (e.g. uint16 or uint32 into uint32); the
     whole build is numpy over one flat buffer.
@@ -246,8 +252,12 @@ def pack_sequences(
     ]
     if prompt_tokens is not None:
         fields_.append(pa.field(LABELS, pa.list_(pa.int32()), nullable=False))
+    if doc_ids is not None:
+        fields_.append(pa.field(DOC_IDS, pa.list_(pa.string()), nullable=False))
     schema = pa.schema(fields_)
     n_docs = len(token_lists)
+    if doc_ids is not None and len(doc_ids) != n_docs:
+        raise ValueError(f"{len(doc_ids)} doc_ids for {n_docs} documents")
     if n_docs == 0:
         return schema.empty_table(), PackStats()
 
@@ -303,6 +313,8 @@ def pack_sequences(
         masked = _ranges(doc_starts, prompt)
         labels[masked[masked < size]] = IGNORE_INDEX
         columns.append(_list_column(labels, seq_len, pa.int32()))
+    if doc_ids is not None:
+        columns.append(_block_documents(doc_ids, doc_starts, lengths + 1, n_seq, seq_len))
     table = pa.Table.from_arrays(columns, schema=schema)
     stats = PackStats(
         documents=n_docs,
@@ -313,6 +325,30 @@ def pack_sequences(
         dropped_tokens=dropped,
     )
     return table, stats
+
+
+def _block_documents(
+    doc_ids: pa.Array | pa.ChunkedArray | Sequence[str],
+    starts: np.ndarray,
+    spans: np.ndarray,
+    n_seq: int,
+    seq_len: int,
+) -> pa.Array:
+    """The :data:`DOC_IDS` column: for each of ``n_seq`` blocks, the documents whose stream span
+    ``[start, start + span)`` (tokens and EOS) meets it. Documents are contiguous in the stream,
+    so a block's documents are one run of them: the first whose span ends after the block starts
+    to the last that starts before it ends."""
+    block_starts = np.arange(n_seq, dtype=np.int64) * seq_len
+    first = np.searchsorted(starts + spans, block_starts, side="right")
+    last = np.searchsorted(starts, block_starts + seq_len, side="left")
+    counts = last - first
+    offsets = np.zeros(n_seq + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    if isinstance(doc_ids, pa.ChunkedArray):
+        doc_ids = doc_ids.combine_chunks()
+    names = doc_ids if isinstance(doc_ids, pa.Array) else pa.array(doc_ids, pa.string())
+    values = names.cast(pa.string()).take(pa.array(_ranges(first, counts)))
+    return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), values)
 
 
 def pad_sequences(

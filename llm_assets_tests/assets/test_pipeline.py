@@ -192,6 +192,21 @@ def test_counts_reconcile_across_the_chain_in_sql(in_process_run):
         0
     ]
     assert batches[1] == docs[1] + docs[0]
+    # lineage of the packed blocks: every kept document is in the doc_ids of the blocks its
+    # tokens (and EOS) fill, the number of which its length gives, and blocks name nothing else
+    spans = dict(
+        catalog.query(
+            "SELECT d, count(*) FROM (SELECT unnest(doc_ids) AS d FROM training_batches) GROUP BY d"
+        )
+    )
+    kept = dict(catalog.query("SELECT doc_id, n_tokens FROM filtered_documents"))
+    assert spans.keys() == kept.keys()
+    assert all(1 <= spans[d] <= (n + 1 + 255) // 256 + 1 for d, n in kept.items())
+    where = catalog.query(
+        "SELECT f.source_file, f.source_line FROM training_batches b, unnest(b.doc_ids) u(d) "
+        "JOIN filtered_documents f ON f.doc_id = u.d LIMIT 1"
+    )
+    assert where and where[0][1] > 0
 
 
 def test_batches_have_schema_metadata_and_fixed_length(in_process_run):

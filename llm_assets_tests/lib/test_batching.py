@@ -137,6 +137,41 @@ def test_position_ids_restart_exactly_at_document_and_block_starts(docs, seq_len
     assert positions == _expected_positions(docs, seq_len, table.num_rows * seq_len)
 
 
+@no_deadline
+@given(
+    docs=documents,
+    seq_len=st.integers(2, 16),
+    drop_remainder=st.booleans(),
+    truncate=st.booleans(),
+)
+def test_each_block_names_exactly_the_documents_with_tokens_in_it(
+    docs, seq_len, drop_remainder, truncate
+):
+    names = [f"d{i}" for i in range(len(docs))]
+    table, _ = pack_sequences(
+        _arrays(docs, pa.uint16()),
+        seq_len,
+        EOS,
+        EOS,
+        drop_remainder,
+        pa.uint16(),
+        truncate=truncate,
+        doc_ids=names,
+    )
+    # Which document owns each position of the stream (its tokens and its EOS), block by block.
+    owner = [
+        name
+        for name, doc in zip(names, docs, strict=True)
+        for _ in range(min(len(doc), seq_len - 1) + 1 if truncate else len(doc) + 1)
+    ]
+    expected = []
+    for block in range(table.num_rows):
+        in_block = owner[block * seq_len : (block + 1) * seq_len]
+        expected.append(list(dict.fromkeys(in_block)))  # in order, each once
+    assert table["doc_ids"].to_pylist() == expected
+    assert table.schema.field("doc_ids").type == pa.list_(pa.string())
+
+
 def test_packed_example_with_a_document_split_across_blocks():
     docs = [[1, 2, 3], [4, 5, 6, 7, 8], [9]]
     table, stats = pack_sequences(_arrays(docs, pa.uint16()), 5, 0, 99, False, pa.uint16())
@@ -151,6 +186,13 @@ def test_packed_example_with_a_document_split_across_blocks():
     dropped, stats = pack_sequences(_arrays(docs, pa.uint16()), 5, 0, 99, True, pa.uint16())
     assert dropped.to_pydict() == {k: v[:2] for k, v in table.to_pydict().items()}
     assert stats == PackStats(documents=3, sequences=2, tokens=10, dropped_tokens=2)
+
+    named, _ = pack_sequences(
+        _arrays(docs, pa.uint16()), 5, 0, 99, False, pa.uint16(), doc_ids=["a", "b", "c"]
+    )
+    assert named["doc_ids"].to_pylist() == [["a", "b"], ["b"], ["c"]]
+    with pytest.raises(ValueError, match="2 doc_ids for 3 documents"):
+        pack_sequences(_arrays(docs, pa.uint16()), 5, 0, 99, False, pa.uint16(), doc_ids=["a", "b"])
 
 
 def test_packed_schema_and_wide_positions():
