@@ -28,6 +28,7 @@ import zstandard
 
 from llm_assets.lib.schema import (
     CHAT_MESSAGES,
+    CHAT_ROLE_NAMES,
     DOCUMENT_SCHEMA,
     SAMPLE_CHARS,
     StageResult,
@@ -396,7 +397,10 @@ def _text_problem(value: Any, text_field: str, record: dict[str, Any]) -> tuple[
 
 # --- chat rows --------------------------------------------------------------------------------
 CHAT_ROLES = {"human": "user", "gpt": "assistant"}
-"""ShareGPT's role names and the ones chat templates expect; other roles are kept as written."""
+"""ShareGPT's role names and the ones chat templates expect."""
+_TOOL_CALLS = ("tool_calls", "function_call")
+"""Keys of an assistant message that calls tools: the calls are not text, so a prompt rendered
+from role and content alone would lack them."""
 _ASSISTANT = "assistant"
 
 
@@ -439,9 +443,13 @@ def chat_turns(value: Any) -> tuple[str, list[dict[str, str]]]:
 def _chat_message(number: int, message: Any) -> tuple[str, str]:
     """One message's (role, text content); :class:`ChatError` naming the message otherwise."""
     if not isinstance(message, dict):
-        raise ChatError(f"message {number} is not an object but {_kind(message)}")
-    role = message.get("role", message.get("from", _MISSING))
-    content = message.get("content", message.get("value", _MISSING))
+        what = "a map column's pairs" if isinstance(message, list) else _kind(message)
+        raise ChatError(
+            f"message {number} is not an object but {what}: messages are objects (JSON) or "
+            "structs (Parquet) with a role and a content"
+        )
+    role = _message_field(message, "role", "from")
+    content = _message_field(message, "content", "value")
     if role is _MISSING or content is _MISSING:
         keys = ", ".join(sorted(map(str, message))[:_MAX_NAMES]) or "none"
         raise ChatError(
@@ -451,18 +459,46 @@ def _chat_message(number: int, message: Any) -> tuple[str, str]:
     if not isinstance(role, str):
         raise ChatError(f"message {number}'s role is not a string but {_kind(role)}")
     role = CHAT_ROLES.get(role, role)
-    if isinstance(content, list) and all(
-        isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)
-        for part in content
+    if role not in CHAT_ROLE_NAMES:
+        raise ChatError(
+            f"message {number}'s role {role[:40]!r} is not one of {', '.join(CHAT_ROLE_NAMES)} "
+            "(nor ShareGPT's human, gpt)"
+        )
+    calls = next((key for key in _TOOL_CALLS if message.get(key)), None)
+    if calls is not None:
+        raise ChatError(
+            f"message {number} ({role}) has {calls}: conversations that call tools are not read "
+            "(the prompt, rendered from each message's role and content, would lack the calls)"
+        )
+    if (
+        isinstance(content, list)
+        and content
+        and all(
+            isinstance(part, dict)
+            and part.get("type") == "text"
+            and isinstance(part.get("text"), str)
+            for part in content
+        )
     ):
         content = "".join(part["text"] for part in content)
     if not isinstance(content, str):
-        what = "text parts only" if isinstance(content, list) else "a string"
+        what = "text parts only" if isinstance(content, list) and content else "a string"
         raise ChatError(
             f"message {number} ({role}) has a content of {_kind(content)}, not {what}: only "
             "text conversations are read"
         )
     return role, content
+
+
+def _message_field(message: dict[str, Any], key: str, alias: str) -> Any:
+    """``message[key]``, else ``message[alias]`` (ShareGPT's name): the first that is not null,
+    so rows of a data set that concatenated both formats (the other pair null) are read. None if
+    both are null, :data:`_MISSING` if neither is there."""
+    for name in (key, alias):
+        value = message.get(name)
+        if value is not None:
+            return value
+    return None if key in message or alias in message else _MISSING
 
 
 def _kind(value: Any) -> str:

@@ -37,6 +37,10 @@ CHAT_MESSAGES = "messages"
 """Chat rows (``raw_documents``' ``chat_field``): the metadata key that holds the conversation
 before the last assistant turn (the text), a list of ``{"role", "content"}`` objects, from which
 ``tokenized_documents``' ``chat_template`` renders the prompt."""
+CHAT_ROLE_NAMES = ("system", "developer", "user", "assistant", "tool", "function", "ipython")
+"""The roles a chat message may have: those of OpenAI's, Hugging Face's and Llama's chat formats.
+Templates write the role into the prompt, some as markup (Phi-3's ``<|{role}|>``): a role of a
+data set's own could make a control token, or a prompt the model was never trained on."""
 LABEL = "label"
 """Optional class label (e.g. a review's sentiment) passed through to the batches."""
 LANGUAGE = "language"

@@ -111,6 +111,24 @@ BAD = [
         "content of list, not text parts only",
     ),
     ("[not json", INVALID_CHAT, "a string that is not a JSON list of messages"),
+    ([{"role": "assistant", "content": []}], INVALID_CHAT, "content of list, not a string"),
+    # a role a template may turn into markup (Phi-3 writes <|{role}|>: "end" would be <|end|>)
+    (
+        [{"role": "end", "content": "x"}, {"role": "assistant", "content": "A"}],
+        INVALID_CHAT,
+        "role 'end' is not one of system, developer, user, assistant",
+    ),
+    # tool calls are not text: the prompt would lack them
+    (
+        [
+            {"role": "user", "content": "6 x 7?"},
+            {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "calc"}}]},
+            {"role": "tool", "content": "42"},
+            {"role": "assistant", "content": "It is 42."},
+        ],
+        INVALID_CHAT,
+        "message 2 (assistant) has tool_calls: conversations that call tools are not read",
+    ),
     (None, MISSING_TEXT, "null"),
 ]
 
@@ -125,6 +143,44 @@ def test_each_bad_conversation_is_a_reject_saying_what_is_wrong(tmp_path, value,
     assert rejects["reason"].to_pylist() == [reason]
     assert words in rejects["value"][0].as_py()
     assert rejects["sample"][0].as_py().startswith('{"messages"')
+
+
+def test_both_formats_in_one_schema_read_the_pair_that_is_not_null(tmp_path):
+    """Data sets concatenating OpenAI-style and ShareGPT-style rows give every message all four
+    keys, the unused pair null (Parquet structs always have every field)."""
+    struct = pa.struct([(k, pa.string()) for k in ("role", "content", "from", "value")])
+    column = pa.array(
+        [
+            [
+                {"role": None, "content": None, "from": "human", "value": "Hi"},
+                {"role": None, "content": None, "from": "gpt", "value": "Hello"},
+            ],
+            [
+                {"role": "user", "content": "Q", "from": None, "value": None},
+                {"role": "assistant", "content": "A", "from": None, "value": None},
+            ],
+        ],
+        pa.list_(struct),
+    )
+    pq.write_table(pa.table({"messages": column}), tmp_path / "c.parquet")
+    kept, rejects = read(tmp_path / "c.parquet")
+    assert rejects.num_rows == 0
+    assert kept["text"].to_pylist() == ["Hello", "A"]
+    assert [m[CHAT_MESSAGES] for m in metadata(kept)] == [
+        [{"role": "user", "content": "Hi"}],
+        [{"role": "user", "content": "Q"}],
+    ]
+
+
+def test_a_map_column_is_named_in_the_reject(tmp_path):
+    maps = pa.array(
+        [[[("role", "user"), ("content", "Q")], [("role", "assistant"), ("content", "A")]]],
+        pa.list_(pa.map_(pa.string(), pa.string())),
+    )
+    pq.write_table(pa.table({"messages": maps}), tmp_path / "m.parquet")
+    _, rejects = read(tmp_path / "m.parquet")
+    assert rejects["reason"].to_pylist() == [INVALID_CHAT]
+    assert "not an object but a map column's pairs" in rejects["value"][0].as_py()
 
 
 def test_an_absent_chat_field_names_it_and_the_fields_there_are(tmp_path):
