@@ -38,6 +38,7 @@ reject rather than a way to inject one.
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import importlib.util
 import itertools
@@ -56,6 +57,7 @@ import pyarrow as pa
 
 from llm_assets.lib.schema import (
     CHAT_MESSAGES,
+    CHAT_ROLE_NAMES,
     INPUT_IDS,
     METADATA,
     N_TOKENS,
@@ -117,6 +119,10 @@ CHATML_TEMPLATE = (
 )
 """The built-in ``chat_template: chatml``: ChatML, each message framed by ``<|im_start|>`` and
 ``<|im_end|>``, then the assistant's header the response follows."""
+CHAT_TEMPLATE_DATE = datetime.date(2024, 7, 26)
+"""The day a chat template's ``strftime_now`` gives (Llama 3.1's templates write "Today Date"
+with it): always the same, so a prompt does not depend on the day it was tokenized (re-runs and
+reused shards agree). It is the date Llama 3.1's own template falls back to without it."""
 CHAT_TEMPLATE_FILE = "chat_template.jinja"
 """A tokenizer folder's chat template file (transformers 4.50+), which wins over the
 ``chat_template`` key of its ``tokenizer_config.json``."""
@@ -481,10 +487,12 @@ def _hf_encoder(tok: object, *, split_special_tokens: bool = True) -> _Encoder:
 
 def _hf_chat_fields(tok: object) -> dict:
     """A transformers tokenizer's :class:`Tokenizer` fields for chat prompts: the encoder that
-    recognizes special tokens, those tokens (named ones and every added token marked special),
-    and its ``special_tokens_map`` for templates."""
+    recognizes special tokens, the control tokens (its named special tokens and every added token,
+    special or not, as transformers' ``mark_control_tokens`` counts them: DeepSeek's role markers
+    and Qwen's ``<tool_call>`` are added tokens not marked special, which transformers matches in
+    any text), and its ``special_tokens_map`` for templates."""
     special = {str(t) for t in tok.all_special_tokens}  # type: ignore[attr-defined]
-    special |= {t.content for t in tok.added_tokens_decoder.values() if t.special}  # type: ignore[attr-defined]
+    special |= {t.content for t in tok.added_tokens_decoder.values()}  # type: ignore[attr-defined]
     return {
         "markup_encoder": _hf_encoder(tok, split_special_tokens=False),
         "special_tokens": tuple(sorted(t for t in special if t)),
@@ -656,9 +664,9 @@ def _chat_environment() -> jinja2.Environment:
     (``transformers.utils.chat_template_utils``): sandboxed, ``trim_blocks`` and
     ``lstrip_blocks``, ``loopcontrols``, the ``{% generation %}`` tag (rendered as its body: the
     assistant mask it tracks there is not used here), a ``tojson`` that keeps non-ASCII and HTML
-    characters, ``raise_exception``, and its guarded ``dict`` and ``namespace``. Not its
-    ``strftime_now``: a prompt must not depend on the day it is tokenized (templates such as
-    Llama 3.1's fall back to a fixed date without it)."""
+    characters, ``raise_exception``, and its guarded ``dict`` and ``namespace``. Its
+    ``strftime_now`` formats :data:`CHAT_TEMPLATE_DATE`, not today: a prompt must not depend on
+    the day it is tokenized (templates such as Granite's call it without a fallback)."""
     import jinja2
     from jinja2.ext import Extension, loopcontrols
     from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -719,7 +727,12 @@ def _chat_environment() -> jinja2.Environment:
         trim_blocks=True, lstrip_blocks=True, extensions=[Generation, loopcontrols]
     )
     env.filters["tojson"] = tojson
+
+    def strftime_now(format: str) -> str:
+        return CHAT_TEMPLATE_DATE.strftime(format)
+
     env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = strftime_now
     env.globals["dict"] = TemplateDict()
     env.globals["namespace"] = TemplateNamespace
     return env
@@ -754,7 +767,9 @@ def _chat_history(raw: str | None) -> list[dict[str, str]] | str:
     except ValueError:
         return f"{CHAT_MESSAGES} (metadata is not JSON)"
     if not isinstance(record, Mapping) or record.get(CHAT_MESSAGES) is None:
-        return CHAT_MESSAGES
+        # Rows read without raw_documents' chat_field have no conversation unless their own
+        # record had a messages field: say where it comes from.
+        return f"{CHAT_MESSAGES} (no conversation in the metadata: see raw_documents' chat_field)"
     messages = record[CHAT_MESSAGES]
     if not isinstance(messages, list):
         return f"{CHAT_MESSAGES} (not a list)"
@@ -766,6 +781,9 @@ def _chat_history(raw: str | None) -> list[dict[str, str]] | str:
             and isinstance(message.get("content"), str)
         ):
             return f"{CHAT_MESSAGES} (message {number} is not a role and a content string)"
+        if message["role"] not in CHAT_ROLE_NAMES:
+            role = message["role"][:40]
+            return f"{CHAT_MESSAGES} (message {number}'s role {role!r} is not a chat role)"
         # Only these two keys: they are what the special-token check reads.
         history.append({"role": message["role"], "content": message["content"]})
     return history
@@ -813,7 +831,7 @@ def _special_token_in(
             if found := special.search(text):
                 value = (
                     f"message {number} ({message['role'][:40]}) holds {found.group()!r}, a "
-                    "special token of the tokenizer"
+                    "special or added token of the tokenizer"
                 )
                 return SPECIAL_TOKEN_IN_CHAT, value[:SAMPLE_CHARS]
     return None
