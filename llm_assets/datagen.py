@@ -1370,12 +1370,9 @@ def _arithmetic(rnd: random.Random) -> tuple[str, str, str]:
 
 def _capital(rnd: random.Random) -> tuple[str, str, str]:
     country = rnd.choice(tuple(_CAPITALS))
-    name = country[0].upper() + country[1:]
-    return (
-        f"What is the capital of {country}?",
-        "",
-        f"The capital of {name} is {_CAPITALS[country]}.",
-    )
+    capital = _CAPITALS[country]
+    end = "" if capital.endswith(".") else "."  # "Washington, D.C." ends the sentence itself
+    return f"What is the capital of {country}?", "", f"The capital of {country} is {capital}{end}"
 
 
 def _translate(rnd: random.Random) -> tuple[str, str, str]:
