@@ -1287,14 +1287,7 @@ def generate_instructions(n: int, seed: int = 0) -> Iterator[dict[str, Any]]:
     if n < 0:
         raise ValueError(f"n must be >= 0, got {n}")
     rnd = random.Random(f"instructions:{seed}")
-    paragraphs = (
-        record
-        for record in generate_records(
-            2**62, seed, languages=("en",), duplicate_fraction=0.0, style=PLAIN, with_meta=True
-        )
-        if record["kind"] == KIND_PARAGRAPH and 150 <= len(record["text"]) <= 1200
-    )
-    tasks = _tasks(paragraphs, generate_reviews(2**62, seed))
+    tasks = _tasks(_task_paragraphs(seed, 1200), generate_reviews(2**62, seed))
     for _ in range(n):
         instruction, task_input, output = rnd.choice(tasks)(rnd)
         yield {"instruction": instruction, "input": task_input, "output": output}
@@ -1323,6 +1316,18 @@ def _tasks(
         lambda r: _lowercase(next(paragraphs)),
         _list_items,
         lambda r: _extract_years(next(paragraphs)),
+    )
+
+
+def _task_paragraphs(seed: int, max_chars: int) -> Iterator[dict[str, Any]]:
+    """English paragraphs of 150 to ``max_chars`` characters, for the tasks to summarize, title
+    and count (an endless stream)."""
+    return (
+        record
+        for record in generate_records(
+            2**62, seed, languages=("en",), duplicate_fraction=0.0, style=PLAIN, with_meta=True
+        )
+        if record["kind"] == KIND_PARAGRAPH and 150 <= len(record["text"]) <= max_chars
     )
 
 
@@ -1465,19 +1470,7 @@ def generate_chats(n: int, seed: int = 0) -> Iterator[dict[str, Any]]:
     if n < 0:
         raise ValueError(f"n must be >= 0, got {n}")
     rnd = random.Random(f"chats:{seed}")
-    paragraphs = (
-        record
-        for record in generate_records(
-            2**62,
-            seed + _CHAT_RECORDS_SEED,
-            languages=("en",),
-            duplicate_fraction=0.0,
-            style=PLAIN,
-            with_meta=True,
-        )
-        if record["kind"] == KIND_PARAGRAPH and 150 <= len(record["text"]) <= 800
-    )
-    tasks = _tasks(paragraphs, _chat_reviews(seed))
+    tasks = _tasks(_task_paragraphs(seed + _CHAT_RECORDS_SEED, 800), _chat_reviews(seed))
     for i in range(n):
         messages: list[dict[str, str]] = []
         if rnd.random() < _SYSTEM_SHARE:

@@ -44,10 +44,11 @@ def docs_table(
     prefix: str = "d",
     width: int = 0,
     source: str = "f.jsonl",
-    metadata: bool = False,
+    metadata: bool | list[str | None] = False,
 ) -> pa.Table:
     """A batch of documents as kernels see it: ids ``d0``, ``d1``, … (digits zero-padded to
-    ``width``), one source file, 1-based lines; optionally a null metadata column."""
+    ``width``), one source file, 1-based lines; optionally a metadata column (``True``: null;
+    a list: those JSON texts)."""
     n = len(texts)
     columns = {
         "doc_id": pa.array([f"{prefix}{i:0{width}d}" for i in range(n)], pa.string()),
@@ -55,8 +56,9 @@ def docs_table(
         "source_line": pa.array(range(1, n + 1), pa.int64()),
         "text": pa.array(texts, pa.string()),
     }
-    if metadata:
-        columns["metadata"] = pa.array([None] * n, pa.string())
+    if metadata is not False:
+        values = [None] * n if metadata is True else metadata
+        columns["metadata"] = pa.array(values, pa.string())
     return pa.table(columns)
 
 

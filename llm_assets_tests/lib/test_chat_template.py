@@ -22,6 +22,7 @@ from llm_assets.lib.tokenization import (
     render_chat_prompts,
     tokenize_table,
 )
+from llm_assets_tests.conftest import docs_table
 
 SYSTEM_USER = [
     {"role": "system", "content": "You are terse."},
@@ -83,16 +84,7 @@ def _table(histories: list[object], responses: list[str]) -> pa.Table:
             metadata.append(json.dumps({"messages": history}))
         else:
             metadata.append(None if history is None else json.dumps(history))
-    n = len(responses)
-    return pa.table(
-        {
-            "doc_id": [f"d{i}" for i in range(n)],
-            "source_file": ["chat.jsonl"] * n,
-            "source_line": list(range(1, n + 1)),
-            "text": responses,
-            "metadata": metadata,
-        }
-    )
+    return docs_table(responses, source="chat.jsonl", metadata=metadata)
 
 
 def _prompt_ids(kept: pa.Table, row: int) -> list[int]:

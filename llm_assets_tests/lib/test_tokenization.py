@@ -28,7 +28,7 @@ from llm_assets.lib.tokenization import (
     token_dtype,
     tokenize_table,
 )
-from llm_assets_tests.conftest import SAMPLE_DIR
+from llm_assets_tests.conftest import SAMPLE_DIR, docs_table
 
 FAST = TokenizerSpec(engine="tiktoken")
 REFERENCE = TokenizerSpec(engine="hf")
@@ -252,16 +252,7 @@ TEMPLATE = "### Instruction:\n{instruction}\n\n### Response:\n"
 
 
 def _sft_table(metadata: list[str | None], texts: list[str]) -> pa.Table:
-    n = len(texts)
-    return pa.table(
-        {
-            "doc_id": [f"d{i}" for i in range(n)],
-            "source_file": ["sft.jsonl"] * n,
-            "source_line": list(range(1, n + 1)),
-            "text": texts,
-            "metadata": metadata,
-        }
-    )
+    return docs_table(texts, source="sft.jsonl", metadata=metadata)
 
 
 def test_prompt_template_puts_prompt_ids_first_and_counts_them():
