@@ -51,9 +51,10 @@ for random access); list columns become numpy views over the group's flat buffer
 object per token.
 
 Every column is read by default except ``doc_ids`` (the ``packed`` layout's lineage: the documents
-in each block), which a ``DataLoader`` could not collate (blocks hold different numbers of
-documents) and training does not need: name it in ``columns`` to get it, a list of strings per
-block.
+in each block), which training does not need and ``DataLoader``'s default collate mangles (blocks
+hold different numbers of documents: it fails on unequal lists and transposes equal ones): name it
+in ``columns`` to get it, a list of strings per block, and batch with ``collate_fn=collate``. A
+column named in ``columns`` that a file lacks is refused (``KeyError``).
 """
 
 from __future__ import annotations
@@ -371,6 +372,9 @@ class _Files:
         self.files = files
         self.columns = list(columns) if columns is not None else None
         self.metadata = [_check_metadata(p, expected) for p in files]
+        if self.columns is not None:
+            for path in files:
+                _check_columns(path, self.columns)
         starts: list[int] = []
         groups: list[tuple[int, int]] = []
         file_starts: list[int] = []
@@ -504,6 +508,42 @@ class _Files:
             else:
                 out[name] = torch.from_numpy(column.astype(np.int64)) if tensors else column
         return out
+
+
+def _check_columns(path: Path, columns: Sequence[str]) -> None:
+    """Refuse ``columns`` naming one the file lacks (pyarrow would skip it, and the items would
+    silently lack it: a ``KeyError`` far away in the training loop)."""
+    names = pq.read_schema(path).names
+    missing = [name for name in columns if name not in names]
+    if not missing:
+        return
+    why = ""
+    if DOC_IDS in missing:
+        why = (
+            f"; {DOC_IDS!r} is in the packed layout's files only, written since training_batches "
+            "code version 4 (materialize training_batches again for it)"
+        )
+    raise KeyError(
+        f"{path} has no column {', '.join(map(repr, missing))} (its columns: "
+        f"{', '.join(names)}){why}"
+    )
+
+
+def collate(items: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """A ``DataLoader`` ``collate_fn`` for items that hold ``doc_ids``: each block's list stays
+    one list (``batch["doc_ids"][i]`` is row ``i``'s), where the default collate would transpose
+    lists of equal length (the first ids of every row together) or fail on unequal ones. Every
+    other key is stacked as the default does (tensors with torch, numpy arrays without)."""
+    out: dict[str, Any] = {}
+    for key in items[0] if items else []:
+        values = [item[key] for item in items]
+        if isinstance(values[0], list):
+            out[key] = values
+        elif torch is not None and isinstance(values[0], torch.Tensor):
+            out[key] = torch.stack(values)
+        else:
+            out[key] = np.stack(values)
+    return out
 
 
 def _decode(column: pa.ChunkedArray) -> Any:

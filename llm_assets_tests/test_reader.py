@@ -204,6 +204,37 @@ def test_doc_ids_are_read_only_when_named(batches):
     assert [item["doc_ids"] for item in iterable] == expected
 
 
+def test_a_column_the_files_lack_is_refused_not_skipped(batches):
+    with pytest.raises(KeyError, match=r"no column 'doc_id' \(its columns: input_ids"):
+        TokenBatchDataset(batches, "train", columns=["input_ids", "doc_id"])
+    # a file of a release before doc_ids: the same, without the column
+    current = pq.read_table(batch_files(batches, "train")[0])
+    path = batches.parent / "old.parquet"
+    pq.write_table(current.drop_columns(["doc_ids"]), path)
+    with pytest.raises(KeyError, match=r"packed layout's files only.*code version 4"):
+        TokenBatchDataset([path], None, columns=["input_ids", "doc_ids"])
+
+
+def test_collate_keeps_each_blocks_doc_ids_together(batches):
+    """The default collate transposes lists of equal length (and fails on unequal ones)."""
+    torch = pytest.importorskip("torch")
+    from torch.utils.data import DataLoader
+
+    from llm_assets.reader import collate
+
+    ds = TokenBatchDataset(batches, "train", columns=["input_ids", "doc_ids"], return_tensors="pt")
+    expected = [ds[i]["doc_ids"] for i in range(len(ds))]
+    seen = []
+    for batch in DataLoader(ds, batch_size=3, collate_fn=collate, num_workers=2):
+        assert isinstance(batch["input_ids"], torch.Tensor) and batch["input_ids"].shape[1] == SEQ
+        assert len(batch["doc_ids"]) == batch["input_ids"].shape[0]
+        seen += batch["doc_ids"]
+    assert seen == expected
+    numpy_ds = TokenBatchDataset(batches, "train", columns=["input_ids", "doc_ids"])
+    batch = collate([numpy_ds[0], numpy_ds[1]])
+    assert batch["input_ids"].shape == (2, SEQ) and batch["doc_ids"] == expected[:2]
+
+
 def torch_available() -> bool:
     try:
         import torch  # noqa: F401
