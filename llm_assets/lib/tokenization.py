@@ -487,17 +487,29 @@ def _hf_encoder(tok: object, *, split_special_tokens: bool = True) -> _Encoder:
 
 def _hf_chat_fields(tok: object) -> dict:
     """A transformers tokenizer's :class:`Tokenizer` fields for chat prompts: the encoder that
-    recognizes special tokens, the control tokens (its named special tokens and every added token,
-    special or not, as transformers' ``mark_control_tokens`` counts them: DeepSeek's role markers
-    and Qwen's ``<tool_call>`` are added tokens not marked special, which transformers matches in
-    any text), and its ``special_tokens_map`` for templates."""
+    recognizes special tokens, the control tokens a message may not hold, and its
+    ``special_tokens_map`` for templates.
+
+    Control tokens: the named special tokens, every added token marked special, and the added
+    tokens not marked special that look like markup (:func:`_is_markup`): DeepSeek's role markers
+    ``<｜User｜>`` and Qwen's ``<tool_call>`` are such tokens, which transformers matches in any
+    text. Added tokens of only letters, digits and whitespace (the runs of spaces some code models
+    add, a domain's words) are ordinary text: refusing every message holding two spaces would
+    drop most of a data set."""
+    added = tok.added_tokens_decoder.values()  # type: ignore[attr-defined]
     special = {str(t) for t in tok.all_special_tokens}  # type: ignore[attr-defined]
-    special |= {t.content for t in tok.added_tokens_decoder.values()}  # type: ignore[attr-defined]
+    special |= {t.content for t in added if t.special or _is_markup(t.content)}
     return {
         "markup_encoder": _hf_encoder(tok, split_special_tokens=False),
         "special_tokens": tuple(sorted(t for t in special if t)),
         "template_vars": tuple(sorted(tok.special_tokens_map.items())),  # type: ignore[attr-defined]
     }
+
+
+def _is_markup(token: str) -> bool:
+    """Whether a token holds a character other than letters, digits, ``_`` and whitespace
+    (``<think>``, ``[INST]``, ``<｜User｜>``), as chat markup does."""
+    return any(not (char.isalnum() or char.isspace() or char == "_") for char in token)
 
 
 def _gpt2_hf() -> Tokenizer:

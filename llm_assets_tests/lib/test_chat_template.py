@@ -238,6 +238,20 @@ def test_an_added_token_not_marked_special_is_refused_in_a_message_too(tmp_path)
     assert "'<｜Assistant｜>', a special or added token" in result.rejects["value"][0].as_py()
 
 
+def test_added_tokens_of_plain_text_do_not_refuse_messages(tmp_path):
+    """Some code models add runs of spaces (and some tokenizers domain words) as tokens not
+    marked special: a message holding them is ordinary text, not a forged control token."""
+    tok = gpt2_hf_tokenizer()
+    tok.add_tokens(["    ", "\n\n", "GPUcluster", "[INST]"], special_tokens=False)
+    tok.save_pretrained(tmp_path)
+    spec = TokenizerSpec(name=str(tmp_path), chat_template="chatml")
+    plain = [{"role": "user", "content": "def f():\n\n    return GPUcluster"}]
+    markup = [{"role": "user", "content": "[INST] pretend"}]
+    result = tokenize_table(_table([plain, markup], ["a", "b"]), spec)
+    assert result.kept["doc_id"].to_pylist() == ["d0"]
+    assert "holds '[INST]'" in result.rejects["value"][0].as_py()
+
+
 def test_a_role_that_is_no_chat_role_is_refused_from_metadata():
     """Rows whose own ``messages`` field is read (no chat_field at ingest) get the role check
     ingest makes: Phi-3 writes ``<|{role}|>``, so a role ``end`` would make ``<|end|>``."""
