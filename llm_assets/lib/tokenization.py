@@ -818,35 +818,72 @@ def render_chat_prompts(
     for raw in metadata:
         history = _chat_history(raw)
         prompt: str | None = None
+        reject: tuple[str, str] | None = None
         if isinstance(history, str):
             reject = (MISSING_PROMPT_FIELD, history)
-        elif special is not None and (found := _special_token_in(history, special)):
-            reject = found
         else:
-            # What apply_chat_template passes: the tokenizer's special_tokens_map, then its own
-            # arguments (no tools nor documents here).
-            context = {**variables, "messages": history, "tools": None, "documents": None}
-            try:
-                prompt, reject = compiled.render(context, add_generation_prompt=True), None
-            except Exception as err:  # the template is code from elsewhere: any error is the row's
-                reject = (CHAT_TEMPLATE_ERROR, _error_message(err))
+            held = _control_tokens_in(history, special) if special is not None else None
+            if held is not None and any(
+                mark in message["content"] for message in history for mark in _MARKS
+            ):
+                # The message holds our markers itself: its control tokens cannot be told from
+                # the template's own; refuse it as if the template wrote them.
+                reject = _held_reject(history, held)
+            else:
+                messages = history if held is None else _marked(history, special)
+                # What apply_chat_template passes: the tokenizer's special_tokens_map, then its
+                # own arguments (no tools nor documents here).
+                context = {**variables, "messages": messages, "tools": None, "documents": None}
+                try:
+                    prompt = compiled.render(context, add_generation_prompt=True)
+                except Exception as err:  # the template is code from elsewhere: the row's error
+                    reject = (CHAT_TEMPLATE_ERROR, _error_message(err))
+                if prompt is not None and held is not None:
+                    written = _MARKED.search(prompt)
+                    if written is not None:
+                        prompt, reject = None, _held_reject(history, written.group(1))
+                    else:  # the template dropped them (Qwen3 drops earlier turns' reasoning)
+                        prompt = prompt.replace(_MARK_START, "").replace(_MARK_END, "")
         prompts.append(prompt)
         rejects.append(reject)
     return prompts, rejects
 
 
-def _special_token_in(
-    history: list[dict[str, str]], special: re.Pattern[str]
-) -> tuple[str, str] | None:
-    for number, message in enumerate(history, 1):
-        for text in (message["content"], message["role"]):
-            if found := special.search(text):
-                value = (
-                    f"message {number} ({message['role'][:40]}) holds {found.group()!r}, a "
-                    "special or added token of the tokenizer"
-                )
-                return SPECIAL_TOKEN_IN_CHAT, value[:SAMPLE_CHARS]
+_MARK_START, _MARK_END = "\ue000", "\ue001"
+"""Private-use characters wrapped around each control token of a message while the template
+renders, so a token the template writes into the prompt is told from the template's own markup
+(as transformers' ``mark_control_tokens`` does)."""
+_MARKS = (_MARK_START, _MARK_END)
+_MARKED = re.compile(f"{_MARK_START}(.+?){_MARK_END}", re.DOTALL)
+
+
+def _control_tokens_in(history: list[dict[str, str]], special: re.Pattern[str]) -> str | None:
+    """The first control token any message's content holds (roles are chat role names)."""
+    for message in history:
+        if found := special.search(message["content"]):
+            return found.group()
     return None
+
+
+def _marked(history: list[dict[str, str]], special: re.Pattern[str]) -> list[dict[str, str]]:
+    return [
+        {
+            "role": message["role"],
+            "content": special.sub(f"{_MARK_START}\\g<0>{_MARK_END}", message["content"]),
+        }
+        for message in history
+    ]
+
+
+def _held_reject(history: list[dict[str, str]], token: str) -> tuple[str, str]:
+    """The ``special_token_in_chat`` reject of a conversation whose ``token`` would reach the
+    prompt, naming the first message that holds it."""
+    number, role = next((n, m["role"]) for n, m in enumerate(history, 1) if token in m["content"])
+    value = (
+        f"message {number} ({role}) holds {token!r}, a special or markup token of the tokenizer, "
+        "which the template writes into the prompt"
+    )
+    return SPECIAL_TOKEN_IN_CHAT, value[:SAMPLE_CHARS]
 
 
 def _error_message(err: Exception) -> str:

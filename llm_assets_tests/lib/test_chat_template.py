@@ -186,7 +186,8 @@ def test_a_special_token_in_a_message_is_a_reject_not_an_injected_id(engine):
     assert result.kept["doc_id"].to_pylist() == ["d1"]
     assert result.rejects["reason"].to_pylist() == ["special_token_in_chat"]
     assert result.rejects["value"].to_pylist() == [
-        "message 2 (user) holds '<|endoftext|>', a special or added token of the tokenizer"
+        "message 2 (user) holds '<|endoftext|>', a special or markup token of the tokenizer, "
+        "which the template writes into the prompt"
     ]
 
 
@@ -222,9 +223,7 @@ def test_templates_see_a_fixed_day_not_the_clock():
 def test_an_added_token_not_marked_special_is_refused_in_a_message_too(tmp_path):
     """DeepSeek's role markers are added tokens not marked special: transformers matches them in
     any text, so a message holding one would put the marker's id in the prompt."""
-    tok = gpt2_hf_tokenizer()
-    tok.add_tokens(["<｜User｜>", "<｜Assistant｜>"], special_tokens=False)
-    tok.save_pretrained(tmp_path)
+    _gpt2_folder(tmp_path, ["<｜User｜>", "<｜Assistant｜>"], special=False)
     template = (
         "{% for m in messages %}{% if m['role'] == 'user' %}<｜User｜>{% else %}<｜Assistant｜>"
         "{% endif %}{{ m['content'] }}{% endfor %}<｜Assistant｜>"
@@ -235,15 +234,51 @@ def test_an_added_token_not_marked_special_is_refused_in_a_message_too(tmp_path)
     result = tokenize_table(_table([forged, fine], ["a", "b"]), spec)
     assert result.kept["doc_id"].to_pylist() == ["d1"]
     assert result.rejects["reason"].to_pylist() == ["special_token_in_chat"]
-    assert "'<｜Assistant｜>', a special or added token" in result.rejects["value"][0].as_py()
+    assert "'<｜Assistant｜>', a special or markup token" in result.rejects["value"][0].as_py()
+
+
+def test_a_control_token_the_template_drops_does_not_refuse_the_row(tmp_path):
+    """Qwen3's template keeps only what follows ``</think>`` of earlier answers: their reasoning
+    never reaches the prompt, so a conversation holding it is kept, its prompt as transformers
+    renders it; a template that writes the content whole refuses the same row."""
+    _gpt2_folder(tmp_path, ["<think>", "</think>"], special=False)
+    drops = (
+        "{% for m in messages %}{{ m['role'] }}: "
+        "{% if m['role'] == 'assistant' %}{{ m['content'].split('</think>')[-1] }}"
+        "{% else %}{{ m['content'] }}{% endif %}\n{% endfor %}assistant: "
+    )
+    history = [
+        {"role": "user", "content": "2+2?"},
+        {"role": "assistant", "content": "<think>two and two</think>4"},
+        {"role": "user", "content": "and 3+3?"},
+    ]
+    kept = tokenize_table(
+        _table([history], ["6"]), TokenizerSpec(name=str(tmp_path), chat_template=drops)
+    )
+    assert kept.rejects.num_rows == 0
+    assert kept.kept["prompt"].to_pylist() == ["user: 2+2?assistant: 4user: and 3+3?assistant: "]
+    from transformers import AutoTokenizer
+
+    reference = AutoTokenizer.from_pretrained(str(tmp_path), local_files_only=True)
+    expected = reference.apply_chat_template(
+        history, chat_template=drops, add_generation_prompt=True, tokenize=True
+    )
+    expected = expected["input_ids"] if hasattr(expected, "keys") else expected
+    prompt_ids = kept.kept["input_ids"][0].as_py()[: kept.kept["prompt_tokens"][0].as_py()]
+    assert prompt_ids == list(expected)
+
+    writes = drops.replace("{{ m['content'].split('</think>')[-1] }}", "{{ m['content'] }}")
+    refused = tokenize_table(
+        _table([history], ["6"]), TokenizerSpec(name=str(tmp_path), chat_template=writes)
+    )
+    assert refused.rejects["reason"].to_pylist() == ["special_token_in_chat"]
+    assert "message 2 (assistant) holds '<think>'" in refused.rejects["value"][0].as_py()
 
 
 def test_added_tokens_of_plain_text_do_not_refuse_messages(tmp_path):
     """Some code models add runs of spaces (and some tokenizers domain words) as tokens not
     marked special: a message holding them is ordinary text, not a forged control token."""
-    tok = gpt2_hf_tokenizer()
-    tok.add_tokens(["    ", "\n\n", "GPUcluster", "[INST]"], special_tokens=False)
-    tok.save_pretrained(tmp_path)
+    _gpt2_folder(tmp_path, ["    ", "\n\n", "GPUcluster", "[INST]"], special=False)
     spec = TokenizerSpec(name=str(tmp_path), chat_template="chatml")
     plain = [{"role": "user", "content": "def f():\n\n    return GPUcluster"}]
     markup = [{"role": "user", "content": "[INST] pretend"}]
@@ -266,8 +301,13 @@ def test_a_role_that_is_no_chat_role_is_refused_from_metadata():
 def _qwen_like_folder(folder: Path) -> Path:
     """GPT-2 saved as a tokenizer folder, plus ChatML's markers as special added tokens (as in
     Qwen's tokenizer), offline."""
+    return _gpt2_folder(folder, ["<|im_start|>", "<|im_end|>"], special=True)
+
+
+def _gpt2_folder(folder: Path, added: list[str], *, special: bool) -> Path:
+    """GPT-2 saved as a tokenizer folder with ``added`` tokens (special or not), offline."""
     tok = gpt2_hf_tokenizer()
-    tok.add_tokens(["<|im_start|>", "<|im_end|>"], special_tokens=True)
+    tok.add_tokens(added, special_tokens=special)
     tok.save_pretrained(folder)
     return folder
 
