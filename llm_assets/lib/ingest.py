@@ -432,6 +432,11 @@ def chat_turns(value: Any) -> tuple[str, list[dict[str, str]]]:
         raise ChatError("an empty list of messages")
     turns = [_chat_message(number, message) for number, message in enumerate(value, 1)]
     role, text = turns[-1]
+    if isinstance(value[-1], dict) and value[-1].get("weight") == 0:
+        raise ChatError(
+            f"the last message (message {len(turns)}) has weight 0 (OpenAI's fine-tuning format: "
+            "not to be learned): no answer to learn"
+        )
     if role != _ASSISTANT:
         raise ChatError(
             f"the last message (message {len(turns)}) is from {role!r}, not 'assistant': no "
@@ -443,7 +448,11 @@ def chat_turns(value: Any) -> tuple[str, list[dict[str, str]]]:
 def _chat_message(number: int, message: Any) -> tuple[str, str]:
     """One message's (role, text content); :class:`ChatError` naming the message otherwise."""
     if not isinstance(message, dict):
-        what = "a map column's pairs" if isinstance(message, list) else _kind(message)
+        what = (
+            "list (in Parquet: a map column's key-value pairs)"
+            if isinstance(message, list)
+            else _kind(message)
+        )
         raise ChatError(
             f"message {number} is not an object but {what}: messages are objects (JSON) or "
             "structs (Parquet) with a role and a content"
@@ -458,13 +467,14 @@ def _chat_message(number: int, message: Any) -> tuple[str, str]:
         )
     if not isinstance(role, str):
         raise ChatError(f"message {number}'s role is not a string but {_kind(role)}")
+    role = role.lower()  # "User" is the user
     role = CHAT_ROLES.get(role, role)
     if role not in CHAT_ROLE_NAMES:
         raise ChatError(
             f"message {number}'s role {role[:40]!r} is not one of {', '.join(CHAT_ROLE_NAMES)} "
             "(nor ShareGPT's human, gpt)"
         )
-    calls = next((key for key in _TOOL_CALLS if message.get(key)), None)
+    calls = next((key for key in _TOOL_CALLS if _holds_calls(message.get(key))), None)
     if calls is not None:
         raise ChatError(
             f"message {number} ({role}) has {calls}: conversations that call tools are not read "
@@ -488,6 +498,21 @@ def _chat_message(number: int, message: Any) -> tuple[str, str]:
             "text conversations are read"
         )
     return role, content
+
+
+def _holds_calls(value: Any) -> bool:
+    """Whether a ``tool_calls`` / ``function_call`` value holds a call: not null, empty, a struct
+    of nulls (Parquet gives every row every field) or a JSON string of one of those."""
+    if isinstance(value, str):
+        try:
+            value = orjson.loads(value)
+        except orjson.JSONDecodeError:
+            return bool(value.strip())
+    if isinstance(value, dict):
+        return any(_holds_calls(item) for item in value.values())
+    if isinstance(value, list):
+        return any(_holds_calls(item) for item in value)
+    return value is not None and value != ""
 
 
 def _message_field(message: dict[str, Any], key: str, alias: str) -> Any:

@@ -180,7 +180,39 @@ def test_a_map_column_is_named_in_the_reject(tmp_path):
     pq.write_table(pa.table({"messages": maps}), tmp_path / "m.parquet")
     _, rejects = read(tmp_path / "m.parquet")
     assert rejects["reason"].to_pylist() == [INVALID_CHAT]
-    assert "not an object but a map column's pairs" in rejects["value"][0].as_py()
+    assert "not an object but list (in Parquet: a map column's key-value pairs)" in (
+        rejects["value"][0].as_py()
+    )
+
+
+def test_empty_tool_calls_capitalized_roles_and_weights(tmp_path):
+    """Only a value holding a call is one (Parquet gives every message every field: a struct of
+    nulls; some exports write "[]"); roles are read case-insensitively; an answer of weight 0
+    (OpenAI's format: not to be learned) leaves nothing to learn."""
+    no_calls = [
+        {"role": "User", "content": "Q", "function_call": {"name": None, "arguments": None}},
+        {"role": "Assistant", "content": "A", "tool_calls": "[]"},
+    ]
+    calls = [
+        {"role": "user", "content": "Q"},
+        {"role": "assistant", "content": "", "tool_calls": '[{"id": "1"}]'},
+        {"role": "tool", "content": "1"},
+        {"role": "assistant", "content": "A"},
+    ]
+    weightless = [
+        {"role": "user", "content": "Q"},
+        {"role": "assistant", "content": "A", "weight": 0},
+    ]
+    learned = [{"role": "user", "content": "Q"}, {"role": "assistant", "content": "A", "weight": 1}]
+    path = write_jsonl(
+        tmp_path / "c.jsonl", [{"messages": m} for m in (no_calls, calls, weightless, learned)]
+    )
+    kept, rejects = read(path)
+    assert kept["source_line"].to_pylist() == [1, 4]
+    assert metadata(kept)[0][CHAT_MESSAGES] == [{"role": "user", "content": "Q"}]
+    assert located(rejects) == [(2, INVALID_CHAT), (3, INVALID_CHAT)]
+    assert "has tool_calls" in rejects["value"][0].as_py()
+    assert "has weight 0" in rejects["value"][1].as_py()
 
 
 def test_an_absent_chat_field_names_it_and_the_fields_there_are(tmp_path):
