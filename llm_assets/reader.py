@@ -529,18 +529,24 @@ def _check_columns(path: Path, columns: Sequence[str]) -> None:
     )
 
 
-def collate(items: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def collate(items: Sequence[dict[str, Any]] | dict[str, Any]) -> dict[str, Any]:
     """A ``DataLoader`` ``collate_fn`` for items that hold ``doc_ids``: each block's list stays
     one list (``batch["doc_ids"][i]`` is row ``i``'s), where the default collate would transpose
     lists of equal length (the first ids of every row together) or fail on unequal ones. Every
-    other key is stacked as the default does (tensors with torch, numpy arrays without)."""
+    other key is collated by torch's ``default_collate`` (tensors; strings as a list), or, without
+    torch, stacked as numpy arrays (strings as a list). An item that is already a batch
+    (``batches=True`` with ``batch_size=None``) is returned as it is."""
+    if isinstance(items, dict):
+        return items
     out: dict[str, Any] = {}
     for key in items[0] if items else []:
         values = [item[key] for item in items]
         if isinstance(values[0], list):
             out[key] = values
-        elif torch is not None and isinstance(values[0], torch.Tensor):
-            out[key] = torch.stack(values)
+        elif torch is not None:
+            out[key] = torch.utils.data.default_collate(values)
+        elif isinstance(values[0], str):
+            out[key] = values
         else:
             out[key] = np.stack(values)
     return out

@@ -233,6 +233,8 @@ def test_collate_keeps_each_blocks_doc_ids_together(batches):
     numpy_ds = TokenBatchDataset(batches, "train", columns=["input_ids", "doc_ids"])
     batch = collate([numpy_ds[0], numpy_ds[1]])
     assert batch["input_ids"].shape == (2, SEQ) and batch["doc_ids"] == expected[:2]
+    whole = {"input_ids": np.zeros((2, SEQ)), "doc_id": ["a", "b"]}  # batches=True's items
+    assert collate(whole) is whole
 
 
 def torch_available() -> bool:
