@@ -1040,6 +1040,8 @@ def run_tokenized_documents(ctx: StageContext, spec: TokenizerSpec) -> StageRepo
         # The template's text, not its name: the built-in one may change between releases, and
         # a tokenizer folder's own is read from a file its fingerprint does not cover.
         config["chat_template_sha256"] = hashlib.sha256(template.encode()).hexdigest()
+        # 2: the learned tokens end with the template's end of a turn (1: the answer alone).
+        config["chat_completion"] = 2
     config.pop("threads", None)
     report = _run_map_stage(
         ctx,

@@ -33,7 +33,9 @@ rendered over the conversation before the response (metadata key ``messages``), 
 ``apply_chat_template`` renders and tokenizes it. A chat prompt is the one text encoded with the
 tokenizer's special tokens recognized, so the template's markup (``{{ bos_token }}``, Qwen's
 ``<|im_start|>``) becomes their ids; a conversation whose messages hold a special token is a
-reject rather than a way to inject one.
+reject rather than a way to inject one. A chat row's learned tokens are what the template writes
+for its answer (the answer and the template's end of a turn), the answer's special-token strings
+as text (:func:`render_chat`, :func:`chat_answer_ids`).
 """
 
 from __future__ import annotations
@@ -801,31 +803,53 @@ def _chat_history(raw: str | None) -> list[dict[str, str]] | str:
     return history
 
 
-def render_chat_prompts(
-    metadata: list[str | None], template: str, tok: Tokenizer
-) -> tuple[list[str | None], list[tuple[str, str] | None]]:
-    """Each row's chat prompt: its conversation (metadata key ``messages``, a list of
-    ``{"role", "content"}``) rendered by ``template`` (its source: :func:`chat_template_text`)
-    with ``add_generation_prompt``, and ``tok``'s ``bos_token``, ``eos_token``... as transformers'
-    ``apply_chat_template`` renders it. A row that cannot be rendered is None with its reject's
-    (reason, value): :data:`MISSING_PROMPT_FIELD`, :data:`SPECIAL_TOKEN_IN_CHAT` or
-    :data:`CHAT_TEMPLATE_ERROR`. An empty conversation renders too (the generation prompt)."""
+@dataclass(frozen=True)
+class ChatRendering:
+    """What :func:`render_chat` makes of each row: its prompt, what the template writes for its
+    answer, or why the row is refused."""
+
+    prompts: list[str | None]
+    """The conversation before the answer with ``add_generation_prompt``; None: refused."""
+    completions: list[str | None]
+    """What the template writes after the prompt when the conversation ends with the answer: the
+    answer and the template's own end of a turn (``<|im_end|>``), trailing whitespace removed,
+    the answer's control tokens between :data:`_MARK_START` and :data:`_MARK_END` (text, never
+    ids: :func:`chat_answer_ids`). None: the row is refused, or the template renders the answer
+    in a way that does not continue the prompt (or fails), and the answer alone is learned."""
+    rejects: list[tuple[str, str] | None]
+    """(reason, value) of each refused row: :data:`MISSING_PROMPT_FIELD`,
+    :data:`SPECIAL_TOKEN_IN_CHAT` or :data:`CHAT_TEMPLATE_ERROR`."""
+
+
+def render_chat(
+    metadata: list[str | None], answers: list[str], template: str, tok: Tokenizer
+) -> ChatRendering:
+    """Each row's chat prompt and completion. The prompt is its conversation (metadata key
+    ``messages``, a list of ``{"role", "content"}``) rendered by ``template`` (its source:
+    :func:`chat_template_text`) with ``add_generation_prompt``, and ``tok``'s ``bos_token``,
+    ``eos_token``... as transformers' ``apply_chat_template`` renders it; an empty conversation
+    renders too (the generation prompt). The completion is what the same template writes after
+    that prompt for the conversation followed by the row's answer (its text, from ``answers``)
+    as the assistant's message, as TRL's ``SFTTrainer`` takes it: the answer with the template's
+    end of a turn, so a model learns to close its turn as the template does. A row that cannot be
+    rendered is refused (:attr:`ChatRendering.rejects`)."""
     compiled = compiled_chat_template(template)
     variables = dict(tok.template_vars)
     special = _special_pattern(tok.special_tokens)
     prompts: list[str | None] = []
+    completions: list[str | None] = []
     rejects: list[tuple[str, str] | None] = []
-    for raw in metadata:
+    for raw, answer in zip(metadata, answers, strict=True):
         history = _chat_history(raw)
         prompt: str | None = None
+        completion: str | None = None
         reject: tuple[str, str] | None = None
         if isinstance(history, str):
             reject = (MISSING_PROMPT_FIELD, history)
         else:
             held = _control_tokens_in(history, special) if special is not None else None
-            if held is not None and any(
-                mark in message["content"] for message in history for mark in _MARKS
-            ):
+            marks_held = any(mark in m["content"] for m in history for mark in _MARKS)
+            if held is not None and marks_held:
                 # The message holds our markers itself: its control tokens cannot be told from
                 # the template's own; refuse it as if the template wrote them.
                 reject = _held_reject(history, held)
@@ -833,20 +857,61 @@ def render_chat_prompts(
                 messages = history if held is None else _marked(history, special)
                 # What apply_chat_template passes: the tokenizer's special_tokens_map, then its
                 # own arguments (no tools nor documents here).
-                context = {**variables, "messages": messages, "tools": None, "documents": None}
+                context = {**variables, "tools": None, "documents": None}
                 try:
-                    prompt = compiled.render(context, add_generation_prompt=True)
+                    prompt = compiled.render(context, messages=messages, add_generation_prompt=True)
                 except Exception as err:  # the template is code from elsewhere: the row's error
                     reject = (CHAT_TEMPLATE_ERROR, _error_message(err))
                 if prompt is not None and held is not None:
                     written = _MARKED.search(prompt)
                     if written is not None:
                         prompt, reject = None, _held_reject(history, written.group(1))
-                    else:  # the template dropped them (Qwen3 drops earlier turns' reasoning)
-                        prompt = prompt.replace(_MARK_START, "").replace(_MARK_END, "")
+                if prompt is not None and not marks_held:
+                    completion = _completion(compiled, context, messages, prompt, answer, special)
+                if prompt is not None and held is not None:
+                    # the template dropped them (Qwen3 drops earlier turns' reasoning)
+                    prompt = prompt.replace(_MARK_START, "").replace(_MARK_END, "")
         prompts.append(prompt)
+        completions.append(completion)
         rejects.append(reject)
-    return prompts, rejects
+    return ChatRendering(prompts, completions, rejects)
+
+
+def _completion(
+    compiled: jinja2.Template,
+    context: dict,
+    messages: list[dict[str, str]],
+    prompt: str,
+    answer: str,
+    special: re.Pattern[str] | None,
+) -> str | None:
+    """What ``compiled`` writes after ``prompt`` (rendered from ``messages``, marked as they
+    were for it) once the answer is the last message, the answer's control tokens marked;
+    trailing whitespace (the line break after ChatML's ``<|im_end|>``) goes, as it is the
+    next turn's separator, not something a model writes, and so does a generation prompt the
+    template writes after every conversation, ignoring ``add_generation_prompt``. None when that
+    rendering fails or does not start with the prompt (a template that writes the assistant's
+    header differently for a generation prompt), or the answer holds our markers itself."""
+    if any(mark in answer for mark in _MARKS):
+        return None
+    content = special.sub(_MARK_SUB, answer) if special is not None else answer
+    conversation = [*messages, {"role": "assistant", "content": content}]
+    try:
+        full = compiled.render(context, messages=conversation, add_generation_prompt=False)
+    except Exception:  # the prompt rendered: learn the answer alone
+        return None
+    if not full.startswith(prompt):
+        return None
+    completion = full[len(prompt) :].rstrip()
+    start = completion.find(content)
+    tail = completion[start + len(content) :].strip()
+    if start >= 0 and not completion[:start].strip() and tail and prompt.rstrip().endswith(tail):
+        # The answer follows the prompt at once and is followed by the header the prompt ends
+        # with: a template that writes its generation prompt after every conversation,
+        # add_generation_prompt or not ("...{% endfor %}[ASSISTANT] "). That header is the next
+        # turn's, not the end of the answer's.
+        return completion[: start + len(content)]
+    return completion
 
 
 _MARK_START, _MARK_END = "\ue000", "\ue001"
@@ -855,6 +920,8 @@ renders, so a token the template writes into the prompt is told from the templat
 (as transformers' ``mark_control_tokens`` does)."""
 _MARKS = (_MARK_START, _MARK_END)
 _MARKED = re.compile(f"{_MARK_START}(.+?){_MARK_END}", re.DOTALL)
+_MARK_SUB = f"{_MARK_START}\\g<0>{_MARK_END}"
+_MARK_SPLIT = re.compile(f"{_MARK_START}(.*?){_MARK_END}", re.DOTALL)
 
 
 def _control_tokens_in(history: list[dict[str, str]], special: re.Pattern[str]) -> str | None:
@@ -867,10 +934,7 @@ def _control_tokens_in(history: list[dict[str, str]], special: re.Pattern[str]) 
 
 def _marked(history: list[dict[str, str]], special: re.Pattern[str]) -> list[dict[str, str]]:
     return [
-        {
-            "role": message["role"],
-            "content": special.sub(f"{_MARK_START}\\g<0>{_MARK_END}", message["content"]),
-        }
+        {"role": message["role"], "content": special.sub(_MARK_SUB, message["content"])}
         for message in history
     ]
 
@@ -893,6 +957,65 @@ def _error_message(err: Exception) -> str:
 
     message = str(err) if isinstance(err, jinja2.TemplateError) else f"{type(err).__name__}: {err}"
     return message[:SAMPLE_CHARS]
+
+
+def chat_answer_ids(
+    tok: Tokenizer,
+    prompts: list[str],
+    prompt_ids: list[list[int]],
+    completions: list[str | None],
+    answers: list[str],
+) -> list[list[int]]:
+    """The learned ids of each chat row (:func:`render_chat`), as TRL takes them: the ids of
+    prompt and completion encoded together, less the prompt's ids (so a tokenizer that adds a
+    space before a text's first word, as SentencePiece does, adds none before the answer), or
+    the completion encoded alone when those do not start with the prompt's (a merge across the
+    join). The template's markup is encoded with special tokens recognized, the answer's marked
+    control tokens as text. A final EOS the template writes is dropped: the batches add EOS after
+    every document, once. A row without a completion learns its answer alone, as a document."""
+    joined = [p + c for p, c in zip(prompts, completions, strict=True) if c is not None]
+    encoded = iter(_encode_marked(tok, joined))
+    ids: list[list[int] | None] = []
+    apart: list[str] = []
+    for prompt, completion in zip(prompt_ids, completions, strict=True):
+        if completion is None:
+            ids.append(None)
+            continue
+        full = next(encoded)
+        if full[: len(prompt)] == prompt:
+            ids.append(full[len(prompt) :])
+        else:
+            ids.append(None)
+            apart.append(completion)
+    alone = iter(_encode_marked(tok, apart))
+    bare = [answer for answer, c in zip(answers, completions, strict=True) if c is None]
+    plain = iter(tok.encode_batch(bare))
+    responses = []
+    for row_ids, completion in zip(ids, completions, strict=True):
+        if completion is None:
+            responses.append(next(plain))
+            continue
+        row_ids = next(alone) if row_ids is None else row_ids
+        if row_ids and row_ids[-1] == tok.eos_id:
+            row_ids = row_ids[:-1]
+        responses.append(row_ids)
+    return responses
+
+
+def _encode_marked(tok: Tokenizer, texts: list[str]) -> list[list[int]]:
+    """Each text's ids with special tokens recognized, except in spans between
+    :data:`_MARK_START` and :data:`_MARK_END` (a message's control tokens), encoded as text."""
+    pieces = [_MARK_SPLIT.split(text) for text in texts]
+    # re.split with one group alternates outside, marked, outside... (odd indexes are marked)
+    markup = iter(tok.encode_markup_batch([p for ps in pieces for p in ps[0::2]]))
+    marked = iter(tok.encode_batch([p for ps in pieces for p in ps[1::2]]))
+    out = []
+    for ps in pieces:
+        row: list[int] = []
+        for index in range(len(ps)):
+            row.extend(next(marked if index % 2 else markup))
+        out.append(row)
+    return out
 
 
 def ids_to_arrow(ids: list[list[int]], vocab_size: int) -> tuple[pa.Array, pa.Array]:
@@ -991,16 +1114,24 @@ def tokenize_table(table: pa.Table, spec: TokenizerSpec) -> StageResult:
     template, ids are prompt then response and ``prompt_tokens`` and the rendered ``prompt`` are
     added; a row the template cannot render is a reject (``missing_prompt_field``, and for chat
     ``chat_template_error`` or ``special_token_in_chat``). A chat prompt's special tokens are
-    encoded as such (:meth:`Tokenizer.encode_markup_batch`), the response's as text."""
+    encoded as such (:meth:`Tokenizer.encode_markup_batch`), and the response is the template's
+    rendering of the answer (:func:`chat_answer_ids`), the answer's own special tokens as text."""
     tok = spec.build()
     rejects = empty_rejects()
     prompt_ids = None
     if spec.prompt_template is not None or spec.chat_template is not None:
         metadata = table[METADATA].to_pylist() if METADATA in table.column_names else []
         metadata = metadata or [None] * table.num_rows
+        answers = table.column(TEXT).to_pylist()
         chat = chat_template_text(spec)
+        completions: list[str | None] = []
         if chat is not None:
-            prompts, reasons = render_chat_prompts(metadata, chat, tok)
+            rendering = render_chat(metadata, answers, chat, tok)
+            prompts, completions, reasons = (
+                rendering.prompts,
+                rendering.completions,
+                rendering.rejects,
+            )
         else:
             prompts, missing = render_prompts(metadata, spec.prompt_template or "")
             reasons = [None if m is None else (MISSING_PROMPT_FIELD, m) for m in missing]
@@ -1014,14 +1145,20 @@ def tokenize_table(table: pa.Table, spec: TokenizerSpec) -> StageResult:
                 values=[value for _, value in refused],
             )
             table, rejects = result.kept, result.rejects
-            prompts = [p for p in prompts if p is not None]
-        encode = tok.encode_markup_batch if chat is not None else tok.encode_batch
-        prompt_ids = encode(prompts)
+            kept = [r is None for r in reasons]
+            prompts = list(itertools.compress(prompts, kept))
+            completions = list(itertools.compress(completions, kept))
+            answers = list(itertools.compress(answers, kept))
+        if chat is not None:
+            prompt_ids = tok.encode_markup_batch(prompts)
+            responses = chat_answer_ids(tok, prompts, prompt_ids, completions, answers)
+        else:
+            prompt_ids = tok.encode_batch(prompts)
+            responses = tok.encode_batch(answers)
     if prompt_ids is None:
         lists, counts = tok.encode_arrow(table.column(TEXT))
     else:
-        ids = tok.encode_batch(table.column(TEXT).to_pylist())
-        ids = [p + r for p, r in zip(prompt_ids, ids, strict=True)]
+        ids = [p + r for p, r in zip(prompt_ids, responses, strict=True)]
         lists, counts = ids_to_arrow(ids, tok.vocab_size)
     table = table.append_column(pa.field(INPUT_IDS, lists.type, nullable=False), lists)
     table = table.append_column(pa.field(N_TOKENS, pa.int32(), nullable=False), counts)

@@ -113,7 +113,10 @@ def test_conversations_become_batches_that_learn_the_last_answer_only(tmp_path, 
     for _, line, prompt, prompt_tokens, ids, labels, mask in docs:
         *history, answer = records[line]
         assert prompt == chatml(history)
-        prompt_ids, answer_ids = tok.encode_batch([prompt, answer["content"]])
+        # The answer, learned with ChatML's end of a turn (plain text with GPT-2).
+        learned = prompt + answer["content"] + "<|im_end|>"
+        prompt_ids, joined = tok.encode_batch([prompt, learned])
+        answer_ids = joined[len(prompt_ids) :]
         assert prompt_tokens == len(prompt_ids)
         assert list(ids) == prompt_ids + answer_ids
         n = len(ids) + 1  # the learned EOS after the answer
@@ -150,6 +153,12 @@ def test_a_custom_template_and_its_errors_are_rejects_of_their_rows(tmp_path):
     prompts = [p for (p,) in catalog.query("SELECT prompt FROM tokenized_documents")]
     assert prompts and all(p.startswith("[USER] What is ") for p in prompts)
     assert all(p.endswith("[ASSISTANT] ") for p in prompts)
+    # The template writes "[ASSISTANT] " after every conversation: after the answer, that is the
+    # next turn's header, not learned; the answer is.
+    tok = TokenizerSpec().build()
+    rows = catalog.query("SELECT text, prompt_tokens, input_ids FROM tokenized_documents")
+    for text, prompt_tokens, ids in rows:
+        assert list(ids)[prompt_tokens:] == tok.encode_batch([text])[0]
 
 
 def test_chat_field_without_a_chat_template_is_refused_before_any_work(tmp_path):

@@ -19,7 +19,7 @@ from llm_assets.lib.tokenization import (
     TokenizerSpec,
     chat_template_text,
     gpt2_hf_tokenizer,
-    render_chat_prompts,
+    render_chat,
     tokenize_table,
 )
 from llm_assets_tests.conftest import docs_table
@@ -91,6 +91,10 @@ def _prompt_ids(kept: pa.Table, row: int) -> list[int]:
     return kept["input_ids"][row].as_py()[: kept["prompt_tokens"][row].as_py()]
 
 
+def _response_ids(kept: pa.Table, row: int) -> list[int]:
+    return kept["input_ids"][row].as_py()[kept["prompt_tokens"][row].as_py() :]
+
+
 @pytest.mark.parametrize("engine", ["tiktoken", "hf"])
 def test_chatml_renders_the_conversation_then_the_generation_prompt(engine):
     spec = TokenizerSpec(engine=engine, chat_template="chatml")
@@ -101,10 +105,12 @@ def test_chatml_renders_the_conversation_then_the_generation_prompt(engine):
     # ChatML's markers are no special tokens of GPT-2: plain text, the prompt's ordinary ids.
     assert _prompt_ids(kept, 0) == tok.encode_batch([CHATML_SYSTEM_USER])[0]
     assert _prompt_ids(kept, 1) == tok.encode_batch(["<|im_start|>assistant\n"])[0]
-    assert (
-        kept["input_ids"][1].as_py()[kept["prompt_tokens"][1].as_py() :]
-        == (tok.encode_batch(["Hello."])[0])
-    )
+    # The answer is learned with ChatML's end of a turn (text with GPT-2), its line break not.
+    for row, prompt in enumerate(kept["prompt"].to_pylist()):
+        answer = ["5.", "Hello."][row]
+        joined = tok.encode_batch([prompt + answer + "<|im_end|>"])[0]
+        assert kept["input_ids"][row].as_py() == joined
+        assert _response_ids(kept, row) == tok.encode_batch([answer + "<|im_end|>"])[0]
 
 
 @pytest.mark.parametrize("engine", ["tiktoken", "hf"])
@@ -116,8 +122,15 @@ def test_template_markup_is_one_special_id_but_the_responses_stays_text(engine):
     assert kept["prompt"].to_pylist() == ["<|endoftext|>user: hi<|endoftext|>"]
     text_ids = tok.encode_batch(["user: hi"])[0]
     assert _prompt_ids(kept, 0) == [GPT2_EOS_ID, *text_ids, GPT2_EOS_ID]
-    response_ids = kept["input_ids"][0].as_py()[kept["prompt_tokens"][0].as_py() :]
-    assert response_ids == tok.encode_batch([response])[0]
+    # The template writes "assistant: " (it has no generation prompt), the answer, then EOS:
+    # the answer's <|endoftext|> is text, and the template's EOS is left to the batches (which
+    # add one after every document), not doubled.
+    response_ids = _response_ids(kept, 0)
+    assert response_ids == [
+        *tok.encode_batch(["assistant: a "])[0],
+        *tok.encode_batch(["<|endoftext|>"])[0],
+        *tok.encode_batch([" b"])[0],
+    ]
     assert GPT2_EOS_ID not in response_ids
 
 
@@ -215,7 +228,8 @@ def test_templates_see_a_fixed_day_not_the_clock():
         "{% if strftime_now is defined %}{{ strftime_now('%d %b %Y') }}{% else %}x{% endif %}",
         "Today is {{ strftime_now('%B %d, %Y') }}.",
     ):
-        prompts, rejects = render_chat_prompts([json.dumps({"messages": []})], template, tok)
+        rendering = render_chat([json.dumps({"messages": []})], ["a"], template, tok)
+        prompts, rejects = rendering.prompts, rendering.rejects
         assert rejects == [None]
         assert prompts[0] in ("26 Jul 2024", "Today is July 26, 2024.")
 
@@ -403,5 +417,112 @@ def test_chat_rows_have_the_columns_of_prompt_template_rows():
     prompt = "<|im_start|>user\nAdd 2 and 3.<|im_end|>\n<|im_start|>assistant\n"
     prompt_ids = TokenizerSpec().build().encode_batch([prompt])[0]
     assert chat["prompt_tokens"].to_pylist() == [len(prompt_ids)]
-    assert chat["n_tokens"].to_pylist() == [len(prompt_ids) + 2]  # "5." is two ids
+    learned = TokenizerSpec().build().encode_batch(["5.<|im_end|>"])[0]
+    assert chat["n_tokens"].to_pylist() == [len(prompt_ids) + len(learned)]
     assert chat["input_ids"][0].as_py()[: len(prompt_ids)] == prompt_ids
+
+
+def _transformers_full_ids(folder: Path, history: list[dict[str, str]], answer: str) -> list[int]:
+    """transformers' ids of the whole conversation, the answer its last message, as TRL's
+    SFTTrainer tokenizes a conversation to learn from."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    conversation = [*history, {"role": "assistant", "content": answer}]
+    return list(tok.apply_chat_template(conversation, tokenize=True)["input_ids"])
+
+
+def _decode(folder: Path, ids: list[int]) -> str:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(folder), local_files_only=True).decode(ids)
+
+
+@pytest.mark.parametrize(
+    ("template", "rest"),
+    [
+        (CHATML_TEMPLATE, "\n"),  # the line break after <|im_end|>: the next turn's separator
+        (RICH, "<|endoftext|>"),  # the template's EOS: the batches add it after every document
+    ],
+)
+def test_learned_tokens_are_the_answer_and_the_templates_end_of_a_turn(
+    tmp_path: Path, template: str, rest: str
+):
+    """Prompt and learned ids together are transformers' ids of the whole conversation (TRL
+    learns from those) up to the template's end of the answer's turn: what follows it is the
+    next turn's, and the EOS the batches add."""
+    folder = _qwen_like_folder(tmp_path / "qwen-like")
+    _set_config_template(folder, template)
+    spec = TokenizerSpec(name=str(folder), chat_template="tokenizer")
+    # RICH writes the system message last, after the answer: those do not continue the prompt.
+    histories = [HISTORIES[0], HISTORIES[2][1:]]
+    answers = ["Sure: 5.", "Très bien, merci."]
+    kept = tokenize_table(_table(histories, answers), spec).kept
+    tok = spec.build()
+    for row, (history, answer) in enumerate(zip(histories, answers, strict=True)):
+        full = _transformers_full_ids(folder, history, answer)
+        ours = kept["input_ids"][row].as_py()
+        assert full[: len(ours)] == ours, history
+        assert _decode(folder, full[len(ours) :]) == rest
+    if template == CHATML_TEMPLATE:
+        im_end = tok.encode_markup_batch(["<|im_end|>"])[0]
+        assert _response_ids(kept, 0)[-1:] == im_end and len(im_end) == 1
+
+
+def test_a_generation_prompt_written_after_every_conversation_is_not_learned(tmp_path: Path):
+    """ALTERNATING writes ``assistant: `` after every conversation, ignoring
+    ``add_generation_prompt``: after the answer it is the next turn's header, not the answer's
+    end. Its prompt ends with a space that GPT-2 joins to the answer's first word when both are
+    encoded together, so the answer is encoded alone, as a model generates it after that
+    prompt's ids."""
+    folder = _qwen_like_folder(tmp_path / "qwen-like")
+    _set_config_template(folder, ALTERNATING)
+    spec = TokenizerSpec(name=str(folder), chat_template="tokenizer")
+    kept = tokenize_table(_table([HISTORIES[0]], ["Sure: 5."]), spec).kept
+    assert _prompt_ids(kept, 0) == _transformers_ids(folder, HISTORIES[0])
+    assert _decode(folder, _prompt_ids(kept, 0)) == "user: Hi\nassistant: "
+    assert _response_ids(kept, 0) == spec.build().encode_batch(["Sure: 5."])[0]
+
+
+def test_an_answers_control_tokens_stay_text_and_the_turn_ends_once(tmp_path: Path):
+    """The answer goes through the template too, but its own ``<|im_end|>`` (special in this
+    tokenizer) is text, never the id that ends a turn: only the template's is."""
+    folder = _qwen_like_folder(tmp_path / "qwen-like")
+    spec = TokenizerSpec(name=str(folder), chat_template="chatml")
+    answer = "Write <|im_end|> to stop."
+    kept = tokenize_table(_table([HISTORIES[0]], [answer]), spec).kept
+    tok = spec.build()
+    (im_end,) = tok.encode_markup_batch(["<|im_end|>"])[0]
+    learned = _response_ids(kept, 0)
+    assert learned.count(im_end) == 1 and learned[-1] == im_end
+    assert learned[:-1] == [
+        *tok.encode_batch(["Write "])[0],
+        *tok.encode_batch(["<|im_end|>"])[0],
+        *tok.encode_batch([" to stop."])[0],
+    ]
+    assert _decode(folder, learned) == answer + "<|im_end|>"
+
+
+DEEPSEEK_LIKE = (
+    "{% for m in messages %}{% if m['role'] == 'user' %}<|User|>{{ m['content'] }}"
+    "{% else %}<|Assistant|>{{ m['content'] }}<|endoftext|>{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<|Assistant|><think>\n{% endif %}"
+)
+"""A generation prompt the answer's own rendering does not continue (DeepSeek-R1 opens the
+reasoning only there)."""
+REFUSES_ANSWERS = (
+    "{% for m in messages %}{% if m['role'] == 'assistant' %}"
+    "{{ raise_exception('no assistant messages here') }}{% endif %}"
+    "{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}assistant:"
+)
+
+
+@pytest.mark.parametrize("template", [DEEPSEEK_LIKE, REFUSES_ANSWERS])
+def test_an_answer_the_template_does_not_render_after_its_prompt_is_learned_alone(template):
+    """When the conversation with its answer does not render as the prompt followed by more
+    (or fails to render once the prompt has), the row is kept and its answer is learned as a
+    document is: its ids, then the batches' EOS."""
+    spec = TokenizerSpec(chat_template=template)
+    result = tokenize_table(_table([HISTORIES[0]], ["Sure: 5."]), spec)
+    assert result.rejects.num_rows == 0
+    assert _response_ids(result.kept, 0) == spec.build().encode_batch(["Sure: 5."])[0]
