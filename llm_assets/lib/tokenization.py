@@ -889,9 +889,11 @@ def _completion(
     were for it) once the answer is the last message, the answer's control tokens marked;
     trailing whitespace (the line break after ChatML's ``<|im_end|>``) goes, as it is the
     next turn's separator, not something a model writes, and so does a generation prompt the
-    template writes after every conversation, ignoring ``add_generation_prompt``. None when that
-    rendering fails or does not start with the prompt (a template that writes the assistant's
-    header differently for a generation prompt), or the answer holds our markers itself."""
+    template writes after every conversation, ignoring ``add_generation_prompt``. Whitespace a
+    template writes after every conversation (laid out on indented lines) ends the prompt, so
+    the answer follows it without the header's own. None when that rendering fails or does not
+    start with the prompt (a template that writes the assistant's header differently for a
+    generation prompt), or the answer holds our markers itself."""
     if any(mark in answer for mark in _MARKS):
         return None
     content = special.sub(_MARK_SUB, answer) if special is not None else answer
@@ -900,18 +902,36 @@ def _completion(
         full = compiled.render(context, messages=conversation, add_generation_prompt=False)
     except Exception:  # the prompt rendered: learn the answer alone
         return None
-    if not full.startswith(prompt):
+    if full.startswith(prompt):
+        completion = full[len(prompt) :].rstrip()
+    elif prompt != prompt.rstrip() and full.startswith(prompt.rstrip()):
+        # The template writes whitespace after every conversation (a template laid out on
+        # indented lines): the prompt ends with more of it than the header before the answer.
+        completion = full[len(prompt.rstrip()) :].strip()
+    else:
         return None
-    completion = full[len(prompt) :].rstrip()
     start = completion.find(content)
     tail = completion[start + len(content) :].strip()
     if start >= 0 and not completion[:start].strip() and tail and prompt.rstrip().endswith(tail):
-        # The answer follows the prompt at once and is followed by the header the prompt ends
-        # with: a template that writes its generation prompt after every conversation,
+        # The answer follows the prompt at once and is followed by what the prompt ends with: a
+        # template that writes its generation prompt after every conversation,
         # add_generation_prompt or not ("...{% endfor %}[ASSISTANT] "). That header is the next
-        # turn's, not the end of the answer's.
+        # turn's, not the end of the answer's; what it writes for an empty conversation tells
+        # it from the turn's end before it (ChatML's "<|im_end|>\n<|im_start|>assistant").
+        header = _empty_rendering(compiled, context)
+        if header and tail.endswith(header):
+            return completion[: len(completion) - len(header)].rstrip()
         return completion[: start + len(content)]
     return completion
+
+
+def _empty_rendering(compiled: jinja2.Template, context: dict) -> str | None:
+    """What ``compiled`` writes for an empty conversation without a generation prompt, stripped
+    (None if it fails): the header a template writes after every conversation."""
+    try:
+        return compiled.render(context, messages=[], add_generation_prompt=False).strip()
+    except Exception:  # a template may refuse an empty conversation
+        return None
 
 
 _MARK_START, _MARK_END = "\ue000", "\ue001"

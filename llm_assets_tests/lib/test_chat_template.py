@@ -469,12 +469,18 @@ def test_learned_tokens_are_the_answer_and_the_templates_end_of_a_turn(
         assert _response_ids(kept, 0)[-1:] == im_end and len(im_end) == 1
 
 
+CHATML_ALWAYS = CHATML_TEMPLATE.replace("{% if add_generation_prompt %}", "").replace(
+    "{% endif %}", ""
+)
+"""ChatML that writes the assistant's header after every conversation, whatever the flag."""
+
+
 def test_a_generation_prompt_written_after_every_conversation_is_not_learned(tmp_path: Path):
     """ALTERNATING writes ``assistant: `` after every conversation, ignoring
     ``add_generation_prompt``: after the answer it is the next turn's header, not the answer's
     end. Its prompt ends with a space that GPT-2 joins to the answer's first word when both are
     encoded together, so the answer is encoded alone, as a model generates it after that
-    prompt's ids."""
+    prompt's ids. CHATML_ALWAYS's answer keeps its turn's end, only the header goes."""
     folder = _qwen_like_folder(tmp_path / "qwen-like")
     _set_config_template(folder, ALTERNATING)
     spec = TokenizerSpec(name=str(folder), chat_template="tokenizer")
@@ -482,6 +488,14 @@ def test_a_generation_prompt_written_after_every_conversation_is_not_learned(tmp
     assert _prompt_ids(kept, 0) == _transformers_ids(folder, HISTORIES[0])
     assert _decode(folder, _prompt_ids(kept, 0)) == "user: Hi\nassistant: "
     assert _response_ids(kept, 0) == spec.build().encode_batch(["Sure: 5."])[0]
+
+    _set_config_template(folder, CHATML_ALWAYS)
+    spec = TokenizerSpec(name=str(folder), chat_template="tokenizer")
+    kept = tokenize_table(_table(HISTORIES[:2], ["Sure: 5.", "5"]), spec).kept
+    # (Jinja drops the template's final line break: the prompt ends with the header.)
+    for row in range(2):
+        assert _decode(folder, _prompt_ids(kept, row)).endswith("<|im_end|>\n<|im_start|>assistant")
+        assert _decode(folder, _response_ids(kept, row)) == f"\n{['Sure: 5.', '5'][row]}<|im_end|>"
 
 
 def test_an_answers_control_tokens_stay_text_and_the_turn_ends_once(tmp_path: Path):
@@ -526,3 +540,15 @@ def test_an_answer_the_template_does_not_render_after_its_prompt_is_learned_alon
     result = tokenize_table(_table([HISTORIES[0]], ["Sure: 5."]), spec)
     assert result.rejects.num_rows == 0
     assert _response_ids(result.kept, 0) == spec.build().encode_batch(["Sure: 5."])[0]
+
+
+def test_whitespace_a_template_writes_after_every_conversation_ends_the_prompt_only(tmp_path):
+    """A template laid out on lines writes line breaks after every conversation: the prompt ends
+    with them, and the answer follows them, not the header's own line break again."""
+    folder = _qwen_like_folder(tmp_path / "qwen-like")
+    spec = TokenizerSpec(name=str(folder), chat_template=CHATML_TEMPLATE + "{{ '\\n\\n' }}")
+    kept = tokenize_table(_table([HISTORIES[0]], ["Sure: 5."]), spec).kept
+    assert kept["prompt"].to_pylist() == [
+        "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n\n\n"
+    ]
+    assert _decode(folder, _response_ids(kept, 0)) == "Sure: 5.<|im_end|>"
