@@ -178,7 +178,8 @@ class Tokenizer:
     """True when encoding a text equals concatenating the encodings of its space-separated words
     (each but the first with its leading space) whenever the text's only whitespace is single
     ASCII spaces between words: GPT-2's pre-tokenizer always starts a new piece at such a space.
-    :meth:`encode_arrow` then encodes each distinct word once per batch."""
+    :meth:`encode_arrow` then encodes each distinct word once per batch, and chat rows encode
+    only their prompt's last line again with the answer (:func:`chat_answer_ids`)."""
     sources: tuple[str, ...] = ()
     """A local tokenizer's files that transformers reads, present or not (those present make the
     fingerprint): a change to any of them builds it again (:func:`_build`)."""
@@ -992,34 +993,55 @@ def chat_answer_ids(
     the completion encoded alone when those do not start with the prompt's (a merge across the
     join). The template's markup is encoded with special tokens recognized, the answer's marked
     control tokens as text. A final EOS the template writes is dropped: the batches add EOS after
-    every document, once. A row without a completion learns its answer alone, as a document."""
-    joined = [p + c for p, c in zip(prompts, completions, strict=True) if c is not None]
-    encoded = iter(_encode_marked(tok, joined))
-    ids: list[list[int] | None] = []
-    apart: list[str] = []
-    for prompt, completion in zip(prompt_ids, completions, strict=True):
-        if completion is None:
-            ids.append(None)
-            continue
-        full = next(encoded)
-        if full[: len(prompt)] == prompt:
-            ids.append(full[len(prompt) :])
+    every document, once. A row without a completion learns its answer alone, as a document.
+
+    With GPT-2's pre-tokenizer (:attr:`Tokenizer.words_exact`) only the prompt's last line is
+    encoded again with the completion (:func:`_line_cut`), not the whole conversation."""
+    rows = [row for row, completion in enumerate(completions) if completion is not None]
+    cuts = {row: _line_cut(prompts[row]) for row in rows} if tok.words_exact else {}
+    heads = {row: prompts[row][cuts.get(row, 0) :] for row in rows}
+    cut_rows = [row for row in rows if cuts.get(row, 0)]
+    head_ids = dict(
+        zip(cut_rows, tok.encode_markup_batch([heads[r] for r in cut_rows]), strict=True)
+    )
+    for row in cut_rows:
+        whole = prompt_ids[row]
+        if whole[len(whole) - len(head_ids[row]) :] != head_ids[row]:
+            heads[row], head_ids[row] = prompts[row], whole  # not a piece boundary: no cut
+    joined = _encode_marked(tok, [heads[row] + completions[row] for row in rows])
+    learned: dict[int, list[int]] = {}
+    apart: list[int] = []
+    for row, ids in zip(rows, joined, strict=True):
+        head = head_ids.get(row, prompt_ids[row])
+        if ids[: len(head)] == head:
+            learned[row] = ids[len(head) :]
         else:
-            ids.append(None)
-            apart.append(completion)
-    alone = iter(_encode_marked(tok, apart))
-    bare = [answer for answer, c in zip(answers, completions, strict=True) if c is None]
-    plain = iter(tok.encode_batch(bare))
+            apart.append(row)
+    learned.update(zip(apart, _encode_marked(tok, [completions[r] for r in apart]), strict=True))
+    bare = [row for row, completion in enumerate(completions) if completion is None]
+    plain = dict(zip(bare, tok.encode_batch([answers[row] for row in bare]), strict=True))
     responses = []
-    for row_ids, completion in zip(ids, completions, strict=True):
-        if completion is None:
-            responses.append(next(plain))
+    for row in range(len(completions)):
+        if row in plain:
+            responses.append(plain[row])
             continue
-        row_ids = next(alone) if row_ids is None else row_ids
-        if row_ids and row_ids[-1] == tok.eos_id:
-            row_ids = row_ids[:-1]
-        responses.append(row_ids)
+        ids = learned[row]
+        responses.append(ids[:-1] if ids and ids[-1] == tok.eos_id else ids)
     return responses
+
+
+def _line_cut(prompt: str) -> int:
+    """Where the prompt's last line starts (0: none): the index after its last line break
+    followed by a character other than whitespace. GPT-2's pre-tokenizer always ends a piece
+    there, and the pieces before it depend on no text after it: a prompt's ids are those of the
+    text before the cut, then of the text from it, and so are the ids of the prompt followed by
+    anything (its regex looks one character ahead at most, within the prompt)."""
+    end = len(prompt)
+    while (found := prompt.rfind("\n", 0, end)) >= 0:
+        if found + 1 < len(prompt) and not prompt[found + 1].isspace():
+            return found + 1
+        end = found
+    return 0
 
 
 def _encode_marked(tok: Tokenizer, texts: list[str]) -> list[list[int]]:

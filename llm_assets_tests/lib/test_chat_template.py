@@ -5,18 +5,22 @@ rejects, and a setting that names no usable template fails when the spec is made
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import jinja2
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from llm_assets.lib.tokenization import (
     CHATML_TEMPLATE,
     GPT2_EOS_ID,
     TokenizerError,
     TokenizerSpec,
+    chat_answer_ids,
     chat_template_text,
     gpt2_hf_tokenizer,
     render_chat,
@@ -552,3 +556,53 @@ def test_whitespace_a_template_writes_after_every_conversation_ends_the_prompt_o
         "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n\n\n"
     ]
     assert _decode(folder, _response_ids(kept, 0)) == "Sure: 5.<|im_end|>"
+
+
+_PIECES = st.sampled_from(
+    [
+        "\n",
+        "\n\n",
+        " ",
+        "  ",
+        "\t",
+        "\r\n",
+        "\xa0",
+        "a",
+        "Hi",
+        " there",
+        "'s",
+        "'ll",
+        "7",
+        "42",
+        ".",
+        "?!",
+        ":",
+        "<|endoftext|>",
+        "<|im_start|>",
+        "assistant",
+        "é",
+        "日本",
+        "\u2028",
+        "\x1c",
+    ]
+)
+_TEXTS = st.lists(_PIECES, max_size=12).map("".join)
+
+
+@settings(max_examples=400, deadline=None)
+@given(prompts=st.lists(_TEXTS, min_size=1, max_size=4), completions=st.data())
+def test_encoding_the_prompts_last_line_again_gives_the_ids_of_the_whole_prompt(
+    prompts: list[str], completions: st.DataObject
+):
+    """The GPT-2 shortcut (only the prompt's last line encoded again with the completion) gives
+    the ids that encoding the whole prompt with it gives, whatever the text at the join."""
+    tok = TokenizerSpec(engine="tiktoken").build()
+    assert tok.words_exact
+    whole = dataclasses.replace(tok, words_exact=False)
+    texts = completions.draw(
+        st.lists(st.one_of(st.none(), _TEXTS), min_size=len(prompts), max_size=len(prompts))
+    )
+    prompt_ids = tok.encode_markup_batch(prompts)
+    answers = ["answer"] * len(prompts)
+    fast = chat_answer_ids(tok, prompts, prompt_ids, texts, answers)
+    assert fast == chat_answer_ids(whole, prompts, prompt_ids, texts, answers)
