@@ -54,7 +54,12 @@ from llm_assets.lib.dedup import (
     resolve_duplicates,
 )
 from llm_assets.lib.filters import FilterSpec, LengthFilterSpec, filter_table
-from llm_assets.lib.ingest import INVALID_CHAT, IngestSpec, detect_format
+from llm_assets.lib.ingest import (
+    INVALID_CHAT,
+    IngestSpec,
+    detect_format,
+    file_encoding,
+)
 from llm_assets.lib.normalize import NormalizeSpec, normalize_table
 from llm_assets.lib.schema import INPUT_IDS, LABEL, PROMPT_TOKENS
 from llm_assets.lib.tokenization import TokenizerSpec, chat_template_text, tokenize_table
@@ -712,10 +717,10 @@ def _line_file(path: Path, fmt: str) -> bool:
     """Whether ``path`` is plain JSON Lines that can be cut into line ranges: a ``.jsonl`` file,
     or a ``.json`` one (as ``Dataset.to_json`` writes JSON Lines) unless it opens a JSON array
     (read whole: its one ``corrupt_file`` reject says how to convert it)."""
+    if fmt not in ("jsonl", "json"):
+        return False
     if fmt == "jsonl":
         return True
-    if fmt != "json":
-        return False
     with open(path, "rb") as handle:
         head = handle.read(1 << 16).lstrip(b"\xef\xbb\xbf \t\r\n")
     return not head.startswith(b"[")
@@ -760,7 +765,10 @@ def run_raw_documents(
     for path, rel in list_input_files(input_dir, data_root, ignored):
         stat = path.stat()
         fmt = detect_format(str(path))
-        ranges = line_ranges(path, rows_per_shard) if _line_file(path, fmt) else [None]
+        # UTF-16 or UTF-32 (transcoded as read): its lines are not cut at b"\n", read whole.
+        encoding = file_encoding(str(path))
+        cut = encoding is None and _line_file(path, fmt)
+        ranges = line_ranges(path, rows_per_shard) if cut else [None]
         if fmt == "json" and len(ranges) == 1:
             ranges = [None]  # read whole, as before .json files were cut: same fingerprint
         groups = _parquet_parts(path, rows_per_shard) if fmt == "parquet" else [None]
@@ -770,8 +778,11 @@ def run_raw_documents(
             shard = f"{_safe_name(rel)}-{chunk:05d}"
             byte_range = (line_range[0], line_range[1]) if line_range else None
             row_groups = groups[chunk] if len(groups) > 1 else None
-            # A whole file (row_groups None) keeps the input fingerprint it always had.
+            # A whole file (row_groups None) keeps the input fingerprint it always had; a UTF-16
+            # or UTF-32 one gets its own (before it was transcoded, every record was a reject).
             where = byte_range if row_groups is None else ("row_groups", *row_groups)
+            if encoding is not None:
+                where = ("encoding", encoding)
             input_fp = fingerprint(rel, stat.st_size, stat.st_mtime_ns, where)
             out = str(folder / shard_file_name(shard))
             rej = str(folder / "rejects" / shard_file_name(shard))

@@ -358,3 +358,34 @@ def test_a_stage_that_keeps_no_document_fails_naming_the_reasons_and_the_setting
     (empty / COMPLETE_MARKER).write_text(json_module.dumps({"files": {}}))
     with pytest.raises(FileNotFoundError, match="kept no document"):
         batch_files(empty, "train")
+
+
+def test_a_utf16_jsonl_file_is_read_whole_with_the_lines_of_its_utf8_copy(tmp_path):
+    """A plain JSONL file is cut into line ranges at b"\\n", which UTF-16 does not have as a
+    line end: a UTF-16 file is one shard, transcoded, with the rows and ids of its UTF-8 copy."""
+    import json
+    import logging
+
+    from llm_assets.compute.in_process import InProcessBackend
+    from llm_assets.lib.ingest import IngestSpec
+    from llm_assets.warehouse.catalog import Catalog
+
+    body = "".join(json.dumps({"text": f"ligne numéro {i}"}) + "\n" for i in range(25))
+    for folder, data in (("utf8", body.encode()), ("utf16", body.encode("utf-16"))):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "docs.jsonl").write_bytes(data)
+    rows = {}
+    for folder in ("utf8", "utf16"):
+        ctx = stages.StageContext(
+            warehouse_root=tmp_path / f"wh-{folder}",
+            catalog=Catalog(tmp_path / f"wh-{folder}" / "catalog.duckdb"),
+            compute=InProcessBackend(),
+            log=logging.getLogger("test"),
+            run_id=folder,
+        )
+        report = stages.run_raw_documents(ctx, tmp_path / folder, IngestSpec(), rows_per_shard=10)
+        assert len(report.shards) == (3 if folder == "utf8" else 1)
+        rows[folder] = ctx.catalog.query(
+            "SELECT doc_id, source_line, text FROM raw_documents ORDER BY source_line"
+        )
+    assert len(rows["utf16"]) == 25 and rows["utf16"] == rows["utf8"]

@@ -3,13 +3,15 @@
 Pure (no Dagster, no module state): :func:`read_documents` streams a JSONL (plain, gzip, zstd;
 ``.jsonl`` or ``.json``), Parquet, CSV or TXT file and yields a
 :class:`~llm_assets.lib.schema.StageResult` every ``batch_rows`` records or ``batch_bytes`` bytes of
-input. Bad input never raises: every record read is either kept or rejected exactly once, with one
-of the reasons below, so the rows of a run always reconcile. Only a file that cannot be opened at
-all (missing, permission denied) raises :class:`OSError`.
+input. Text files are UTF-8, or UTF-16 or UTF-32 with a byte-order mark (transcoded to UTF-8 as
+read: :func:`unicode_encoding`). Bad input never raises: every record read is either kept or
+rejected exactly once, with one of the reasons below, so the rows of a run always reconcile. Only
+a file that cannot be opened at all (missing, permission denied) raises :class:`OSError`.
 """
 
 from __future__ import annotations
 
+import codecs
 import csv
 import io
 import os
@@ -886,6 +888,87 @@ def _decompressed(handle: io.BufferedReader, fmt: str) -> io.BufferedReader:
     return handle
 
 
+_UNICODE_BOMS: tuple[tuple[bytes, str], ...] = (
+    (b"\xff\xfe\x00\x00", "utf-32-le"),
+    (b"\x00\x00\xfe\xff", "utf-32-be"),
+    (b"\xff\xfe", "utf-16-le"),
+    (b"\xfe\xff", "utf-16-be"),
+)
+"""Byte-order marks of the encodings read besides UTF-8 (UTF-32's first: its little-endian mark
+starts with UTF-16's), with the codec that decodes what follows the mark."""
+
+
+def unicode_encoding(head: bytes) -> tuple[str, int] | None:
+    """The codec and the length of the byte-order mark that ``head`` (a file's first bytes)
+    starts with, when it is UTF-16 or UTF-32 (a Windows export: PowerShell's ``>`` and
+    ``Out-File``, Excel's "Unicode Text"); None for anything else, read as UTF-8."""
+    for bom, codec in _UNICODE_BOMS:
+        if head.startswith(bom):
+            return codec, len(bom)
+    return None
+
+
+def file_encoding(path: str) -> str | None:
+    """The codec of a JSON Lines, CSV or TXT file (decompressed) that is UTF-16 or UTF-32
+    (:func:`unicode_encoding`), else None: UTF-8, Parquet, or a stream that cannot be read
+    (its reader says why)."""
+    fmt = detect_format(path)
+    if fmt == "parquet":
+        return None
+    with open(path, "rb") as handle, _decompressed(handle, fmt) as stream:
+        try:
+            head = stream.read(4)
+        except (EOFError, *_CORRUPT_ERRORS):
+            return None
+    found = unicode_encoding(head)
+    return None if found is None else found[0]
+
+
+class _Transcoded(_DecodedStream):
+    """The UTF-8 bytes of a UTF-16 or UTF-32 stream (its byte-order mark already read), so that
+    every reader sees UTF-8 lines: line numbers are the file's. Bytes that do not decode (a
+    lone surrogate, a cut-off last character) become an invalid UTF-8 byte in their line, so
+    that line is an ``invalid_utf8`` reject, as undecodable UTF-8 is."""
+
+    def __init__(self, source: IO[bytes], codec: str) -> None:
+        super().__init__()
+        self._source = source
+        self._decoder = codecs.getincrementaldecoder(codec)(errors=_UNDECODABLE)
+        self._done = False
+
+    def _next_piece(self) -> bytes | None:
+        if self._done:
+            return None
+        data = self._source.read(_READ_CHUNK)
+        self._done = not data
+        text = self._decoder.decode(data, final=self._done)
+        return text.encode("utf-8", "surrogateescape")
+
+
+def _escape_undecodable(error: UnicodeError) -> tuple[str, int]:
+    """Error handler of :class:`_Transcoded`: the undecodable bytes become one U+DCFF, which
+    ``surrogateescape`` writes as the byte 0xFF, never valid UTF-8."""
+    return "\udcff", error.end
+
+
+_UNDECODABLE = "llm_assets.undecodable"
+codecs.register_error(_UNDECODABLE, _escape_undecodable)
+
+
+def _utf8(stream: io.BufferedReader) -> io.BufferedReader:
+    """``stream`` itself, or its UTF-8 transcoding when it starts with a UTF-16 or UTF-32
+    byte-order mark (:func:`unicode_encoding`)."""
+    try:
+        found = unicode_encoding(stream.peek(4)[:4])
+    except (EOFError, *_CORRUPT_ERRORS):
+        return stream  # the reader says what is wrong with the stream
+    if found is None:
+        return stream
+    codec, bom = found
+    stream.read(bom)
+    return io.BufferedReader(_Transcoded(stream, codec), _READ_CHUNK)
+
+
 _JSON_ARRAY = (
     "a JSON array, not JSON Lines (one object per line): convert it, e.g. "
     "jq -c '.[]' FILE > FILE.jsonl, or datasets' to_json(..., lines=True)"
@@ -900,8 +983,9 @@ def _jsonl_reader(fmt: str) -> Callable[[str, str, IngestSpec], Iterator[StageRe
     def read(path: str, source_file: str, spec: IngestSpec) -> Iterator[StageResult]:
         with (
             open(path, "rb", buffering=_READ_CHUNK) as handle,
-            _decompressed(handle, fmt) as stream,
+            _decompressed(handle, fmt) as decompressed,
         ):
+            stream = _utf8(decompressed)
             if not fmt.startswith("jsonl"):
                 try:
                     head = stream.peek(_READ_CHUNK).lstrip(b"\xef\xbb\xbf \t\r\n")
@@ -1000,7 +1084,7 @@ def _read_txt(path: str, source_file: str, spec: IngestSpec) -> Iterator[StageRe
     paragraph: list[bytes] = []
     first_line = 0
     with open(path, "rb", buffering=_READ_CHUNK) as handle:
-        for lineno, raw in enumerate(_lines(handle), 1):
+        for lineno, raw in enumerate(_lines(_utf8(handle)), 1):
             if raw.strip():
                 if not paragraph:
                     first_line = lineno
@@ -1055,7 +1139,12 @@ def _read_csv(path: str, source_file: str, spec: IngestSpec) -> Iterator[StageRe
     """
     csv.field_size_limit(max(csv.field_size_limit(), _MAX_CSV_FIELD))
     batch = _Batch(source_file)
-    with open(path, encoding="utf-8-sig", errors="surrogateescape", newline="") as handle:
+    with (
+        open(path, "rb", buffering=_READ_CHUNK) as binary,
+        io.TextIOWrapper(
+            _utf8(binary), encoding="utf-8-sig", errors="surrogateescape", newline=""
+        ) as handle,
+    ):
         lines = _RecordLines(handle)
         rows = csv.reader(lines, delimiter=spec.csv_delimiter)
         try:
