@@ -543,6 +543,10 @@ def collate(items: Sequence[dict[str, Any]] | dict[str, Any]) -> dict[str, Any]:
         values = [item[key] for item in items]
         if isinstance(values[0], list):
             out[key] = values
+        elif torch is not None and isinstance(values[0], np.ndarray) and values[0].dtype != object:
+            # What default_collate gives, without wrapping each read-only Arrow view in a tensor
+            # first (PyTorch warns that it is not writable): one copy, then the tensor.
+            out[key] = torch.as_tensor(np.stack(values))
         elif torch is not None:
             out[key] = torch.utils.data.default_collate(values)
         elif isinstance(values[0], str):

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import itertools
 import json
+import subprocess
+import sys
 
 import numpy as np
 import pyarrow as pa
@@ -235,6 +237,33 @@ def test_collate_keeps_each_blocks_doc_ids_together(batches):
     assert batch["input_ids"].shape == (2, SEQ) and batch["doc_ids"] == expected[:2]
     whole = {"input_ids": np.zeros((2, SEQ)), "doc_id": ["a", "b"]}  # batches=True's items
     assert collate(whole) is whole
+
+
+def test_collating_numpy_items_gives_default_collates_tensors_without_a_warning(batches):
+    """Numpy items are read-only views of Arrow buffers: torch's default_collate wraps each in a
+    tensor first and warns (once per process, so checked in a fresh one) that it is not
+    writable. ``collate`` gives the tensor default_collate gives, silently."""
+    torch = pytest.importorskip("torch")
+    from llm_assets.reader import collate
+
+    ds = TokenBatchDataset(batches, "train", columns=["input_ids", "position_ids", "doc_ids"])
+    items = [ds[0], ds[1]]
+    assert not items[0]["input_ids"].flags.writeable
+    batch = collate(items)
+    for key in ("input_ids", "position_ids"):
+        expected = torch.utils.data.default_collate([item[key].copy() for item in items])
+        assert batch[key].dtype == expected.dtype and torch.equal(batch[key], expected)
+    script = (
+        "import sys, warnings; warnings.simplefilter('error')\n"
+        "from llm_assets.reader import TokenBatchDataset, collate\n"
+        "ds = TokenBatchDataset(sys.argv[1], 'train', columns=['input_ids', 'doc_ids'])\n"
+        "collate([ds[0], ds[1]])\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", script, str(batches)], capture_output=True, text=True, check=False
+    )
+    assert run.returncode == 0, run.stderr
+    assert "not writable" not in run.stderr
 
 
 def torch_available() -> bool:
