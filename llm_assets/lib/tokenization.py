@@ -34,8 +34,8 @@ rendered over the conversation before the response (metadata key ``messages``), 
 tokenizer's special tokens recognized, so the template's markup (``{{ bos_token }}``, Qwen's
 ``<|im_start|>``) becomes their ids; a conversation whose messages hold a special token is a
 reject rather than a way to inject one. A chat row's learned tokens are what the template writes
-for its answer (the answer and the template's end of a turn), the answer's special-token strings
-as text (:func:`render_chat`, :func:`chat_answer_ids`).
+for its answer (the answer and the template's end of a turn), or the answer alone when it holds a
+special-token string, encoded as text (:func:`render_chat`, :func:`chat_answer_ids`).
 """
 
 from __future__ import annotations
@@ -189,6 +189,10 @@ class Tokenizer:
     special_tokens: tuple[str, ...] = ()
     """The strings :attr:`markup_encoder` turns into special ids (a chat message must not hold
     one: :data:`SPECIAL_TOKEN_IN_CHAT`)."""
+    text_special_tokens: tuple[str, ...] = ()
+    """Those of :attr:`special_tokens` that :attr:`encoder` encodes as text (the tokens marked
+    special; added tokens that are not, ``<think>``, are ids in any text): a chat answer holding
+    one is learned alone, as text, rather than through the template (:func:`render_chat`)."""
     template_vars: tuple[tuple[str, str], ...] = ()
     """What a chat template sees of the tokenizer, as transformers passes its
     ``special_tokens_map``: ``bos_token``, ``eos_token``... and their strings."""
@@ -433,6 +437,7 @@ def _gpt2_tiktoken(threads: int) -> Tokenizer:
         words_exact=True,
         markup_encoder=encode_markup,
         special_tokens=(GPT2_EOS,),
+        text_special_tokens=(GPT2_EOS,),
         # What GPT2TokenizerFast's special_tokens_map says (the hf engine's), so both engines
         # render a chat template the same.
         template_vars=(("bos_token", GPT2_EOS), ("eos_token", GPT2_EOS), ("unk_token", GPT2_EOS)),
@@ -501,10 +506,12 @@ def _hf_chat_fields(tok: object) -> dict:
     drop most of a data set."""
     added = tok.added_tokens_decoder.values()  # type: ignore[attr-defined]
     special = {str(t) for t in tok.all_special_tokens}  # type: ignore[attr-defined]
-    special |= {t.content for t in added if t.special or _is_markup(t.content)}
+    special |= {t.content for t in added if t.special}
+    control = special | {t.content for t in added if _is_markup(t.content)}
     return {
         "markup_encoder": _hf_encoder(tok, split_special_tokens=False),
-        "special_tokens": tuple(sorted(t for t in special if t)),
+        "special_tokens": tuple(sorted(t for t in control if t)),
+        "text_special_tokens": tuple(sorted(t for t in special if t)),
         "template_vars": tuple(sorted(tok.special_tokens_map.items())),  # type: ignore[attr-defined]
     }
 
@@ -813,10 +820,10 @@ class ChatRendering:
     """The conversation before the answer with ``add_generation_prompt``; None: refused."""
     completions: list[str | None]
     """What the template writes after the prompt when the conversation ends with the answer: the
-    answer and the template's own end of a turn (``<|im_end|>``), trailing whitespace removed,
-    the answer's control tokens between :data:`_MARK_START` and :data:`_MARK_END` (text, never
-    ids: :func:`chat_answer_ids`). None: the row is refused, or the template renders the answer
-    in a way that does not continue the prompt (or fails), and the answer alone is learned."""
+    answer and the template's own end of a turn (``<|im_end|>``), trailing whitespace removed.
+    None: the row is refused, or the answer alone is learned (the template renders the answer
+    in a way that does not continue the prompt, or fails, or the answer holds a special token
+    the template writes: :func:`_completion`)."""
     rejects: list[tuple[str, str] | None]
     """(reason, value) of each refused row: :data:`MISSING_PROMPT_FIELD`,
     :data:`SPECIAL_TOKEN_IN_CHAT` or :data:`CHAT_TEMPLATE_ERROR`."""
@@ -837,6 +844,7 @@ def render_chat(
     compiled = compiled_chat_template(template)
     variables = dict(tok.template_vars)
     special = _special_pattern(tok.special_tokens)
+    text_special = _special_pattern(tok.text_special_tokens)
     prompts: list[str | None] = []
     completions: list[str | None] = []
     rejects: list[tuple[str, str] | None] = []
@@ -868,7 +876,9 @@ def render_chat(
                     if written is not None:
                         prompt, reject = None, _held_reject(history, written.group(1))
                 if prompt is not None and not marks_held:
-                    completion = _completion(compiled, context, messages, prompt, answer, special)
+                    completion = _completion(
+                        compiled, context, messages, prompt, answer, text_special
+                    )
                 if prompt is not None and held is not None:
                     # the template dropped them (Qwen3 drops earlier turns' reasoning)
                     prompt = prompt.replace(_MARK_START, "").replace(_MARK_END, "")
@@ -884,20 +894,24 @@ def _completion(
     messages: list[dict[str, str]],
     prompt: str,
     answer: str,
-    special: re.Pattern[str] | None,
+    text_special: re.Pattern[str] | None,
 ) -> str | None:
     """What ``compiled`` writes after ``prompt`` (rendered from ``messages``, marked as they
-    were for it) once the answer is the last message, the answer's control tokens marked;
-    trailing whitespace (the line break after ChatML's ``<|im_end|>``) goes, as it is the
-    next turn's separator, not something a model writes, and so does a generation prompt the
-    template writes after every conversation, ignoring ``add_generation_prompt``. Whitespace a
-    template writes after every conversation (laid out on indented lines) ends the prompt, so
-    the answer follows it without the header's own. None when that rendering fails or does not
-    start with the prompt (a template that writes the assistant's header differently for a
-    generation prompt), or the answer holds our markers itself."""
+    were for it) once the answer is the last message; trailing whitespace (the line break after
+    ChatML's ``<|im_end|>``) goes, as it is the next turn's separator, not something a model
+    writes, and so does a generation prompt the template writes after every conversation,
+    ignoring ``add_generation_prompt``. Whitespace a template writes after every conversation
+    (laid out on indented lines) ends the prompt, so the answer follows it without the header's
+    own. None (the answer is learned alone) when that rendering fails or does not start with the
+    prompt (a template that writes the assistant's header differently for a generation prompt),
+    or when it holds a special token of the answer (``text_special``): the markup encoding would
+    make it the token's id, and encoding the answer apart from the template's text would change
+    its ids (SentencePiece starts every text it encodes with a space)."""
     if any(mark in answer for mark in _MARKS):
         return None
-    content = special.sub(_MARK_SUB, answer) if special is not None else answer
+    content = answer
+    if text_special is not None and text_special.search(answer):
+        content = text_special.sub(_MARK_SUB, answer)
     conversation = [*messages, {"role": "assistant", "content": content}]
     try:
         full = compiled.render(context, messages=conversation, add_generation_prompt=False)
@@ -911,8 +925,13 @@ def _completion(
         completion = full[len(prompt.rstrip()) :].strip()
     else:
         return None
-    start = completion.find(content)
-    tail = completion[start + len(content) :].strip()
+    if any(mark in completion for mark in _MARKS):
+        return None  # the answer's special token is in it (whole, or cut by the template)
+    for shown in (content, content.strip()):  # a template may trim the answer
+        start = completion.find(shown) if shown else -1
+        if start >= 0:
+            break
+    tail = completion[start + len(shown) :].strip()
     if start >= 0 and not completion[:start].strip() and tail and prompt.rstrip().endswith(tail):
         # The answer follows the prompt at once and is followed by what the prompt ends with: a
         # template that writes its generation prompt after every conversation,
@@ -922,7 +941,7 @@ def _completion(
         header = _empty_rendering(compiled, context)
         if header and tail.endswith(header):
             return completion[: len(completion) - len(header)].rstrip()
-        return completion[: start + len(content)]
+        return completion[: start + len(shown)]
     return completion
 
 
@@ -942,7 +961,6 @@ renders, so a token the template writes into the prompt is told from the templat
 _MARKS = (_MARK_START, _MARK_END)
 _MARKED = re.compile(f"{_MARK_START}(.+?){_MARK_END}", re.DOTALL)
 _MARK_SUB = f"{_MARK_START}\\g<0>{_MARK_END}"
-_MARK_SPLIT = re.compile(f"{_MARK_START}(.*?){_MARK_END}", re.DOTALL)
 
 
 def _control_tokens_in(history: list[dict[str, str]], special: re.Pattern[str]) -> str | None:
@@ -991,9 +1009,9 @@ def chat_answer_ids(
     prompt and completion encoded together, less the prompt's ids (so a tokenizer that adds a
     space before a text's first word, as SentencePiece does, adds none before the answer), or
     the completion encoded alone when those do not start with the prompt's (a merge across the
-    join). The template's markup is encoded with special tokens recognized, the answer's marked
-    control tokens as text. A final EOS the template writes is dropped: the batches add EOS after
-    every document, once. A row without a completion learns its answer alone, as a document.
+    join), special tokens recognized (a completion holds none of the answer's). A final EOS
+    the template writes is dropped: the batches add EOS after every document, once. A row
+    without a completion learns its answer alone, as a document (special tokens as text).
 
     With GPT-2's pre-tokenizer (:attr:`Tokenizer.words_exact`) only the prompt's last line is
     encoded again with the completion (:func:`_line_cut`), not the whole conversation."""
@@ -1008,7 +1026,7 @@ def chat_answer_ids(
         whole = prompt_ids[row]
         if whole[len(whole) - len(head_ids[row]) :] != head_ids[row]:
             heads[row], head_ids[row] = prompts[row], whole  # not a piece boundary: no cut
-    joined = _encode_marked(tok, [heads[row] + completions[row] for row in rows])
+    joined = tok.encode_markup_batch([heads[row] + completions[row] for row in rows])
     learned: dict[int, list[int]] = {}
     apart: list[int] = []
     for row, ids in zip(rows, joined, strict=True):
@@ -1017,7 +1035,8 @@ def chat_answer_ids(
             learned[row] = ids[len(head) :]
         else:
             apart.append(row)
-    learned.update(zip(apart, _encode_marked(tok, [completions[r] for r in apart]), strict=True))
+    alone = tok.encode_markup_batch([completions[row] for row in apart])
+    learned.update(zip(apart, alone, strict=True))
     bare = [row for row, completion in enumerate(completions) if completion is None]
     plain = dict(zip(bare, tok.encode_batch([answers[row] for row in bare]), strict=True))
     responses = []
@@ -1042,22 +1061,6 @@ def _line_cut(prompt: str) -> int:
             return found + 1
         end = found
     return 0
-
-
-def _encode_marked(tok: Tokenizer, texts: list[str]) -> list[list[int]]:
-    """Each text's ids with special tokens recognized, except in spans between
-    :data:`_MARK_START` and :data:`_MARK_END` (a message's control tokens), encoded as text."""
-    pieces = [_MARK_SPLIT.split(text) for text in texts]
-    # re.split with one group alternates outside, marked, outside... (odd indexes are marked)
-    markup = iter(tok.encode_markup_batch([p for ps in pieces for p in ps[0::2]]))
-    marked = iter(tok.encode_batch([p for ps in pieces for p in ps[1::2]]))
-    out = []
-    for ps in pieces:
-        row: list[int] = []
-        for index in range(len(ps)):
-            row.extend(next(marked if index % 2 else markup))
-        out.append(row)
-    return out
 
 
 def ids_to_arrow(ids: list[list[int]], vocab_size: int) -> tuple[pa.Array, pa.Array]:
@@ -1157,7 +1160,7 @@ def tokenize_table(table: pa.Table, spec: TokenizerSpec) -> StageResult:
     added; a row the template cannot render is a reject (``missing_prompt_field``, and for chat
     ``chat_template_error`` or ``special_token_in_chat``). A chat prompt's special tokens are
     encoded as such (:meth:`Tokenizer.encode_markup_batch`), and the response is the template's
-    rendering of the answer (:func:`chat_answer_ids`), the answer's own special tokens as text."""
+    rendering of the answer (:func:`chat_answer_ids`), never an answer's special token's id."""
     tok = spec.build()
     rejects = empty_rejects()
     prompt_ids = None

@@ -126,15 +126,10 @@ def test_template_markup_is_one_special_id_but_the_responses_stays_text(engine):
     assert kept["prompt"].to_pylist() == ["<|endoftext|>user: hi<|endoftext|>"]
     text_ids = tok.encode_batch(["user: hi"])[0]
     assert _prompt_ids(kept, 0) == [GPT2_EOS_ID, *text_ids, GPT2_EOS_ID]
-    # The template writes "assistant: " (it has no generation prompt), the answer, then EOS:
-    # the answer's <|endoftext|> is text, and the template's EOS is left to the batches (which
-    # add one after every document), not doubled.
+    # The answer holds <|endoftext|>, which the template would write into the learned text: the
+    # answer is learned alone, as a document is (the special token as text), then the batches' EOS.
     response_ids = _response_ids(kept, 0)
-    assert response_ids == [
-        *tok.encode_batch(["assistant: a "])[0],
-        *tok.encode_batch(["<|endoftext|>"])[0],
-        *tok.encode_batch([" b"])[0],
-    ]
+    assert response_ids == tok.encode_batch([response])[0]
     assert GPT2_EOS_ID not in response_ids
 
 
@@ -501,24 +496,44 @@ def test_a_generation_prompt_written_after_every_conversation_is_not_learned(tmp
         assert _decode(folder, _prompt_ids(kept, row)).endswith("<|im_end|>\n<|im_start|>assistant")
         assert _decode(folder, _response_ids(kept, row)) == f"\n{['Sure: 5.', '5'][row]}<|im_end|>"
 
+    # The same template trimming the answer, which is then not written as given.
+    trims = CHATML_ALWAYS.replace("{{ message['content'] }}", "{{ message['content'] | trim }}")
+    spec = TokenizerSpec(name=str(folder), chat_template=trims)
+    kept = tokenize_table(_table(HISTORIES[:1], [" Sure: 5.\n"]), spec).kept
+    assert _decode(folder, _response_ids(kept, 0)) == "\nSure: 5.<|im_end|>"
 
-def test_an_answers_control_tokens_stay_text_and_the_turn_ends_once(tmp_path: Path):
+
+def test_an_answer_holding_a_special_token_is_learned_alone_as_text(tmp_path: Path):
     """The answer goes through the template too, but its own ``<|im_end|>`` (special in this
-    tokenizer) is text, never the id that ends a turn: only the template's is."""
-    folder = _qwen_like_folder(tmp_path / "qwen-like")
+    tokenizer) must stay text, never the id that ends a turn: the answer is learned alone, in
+    one piece, as a document is (encoding it apart from the template's text would change its ids
+    at the joins; SentencePiece would add spaces). Added tokens not marked special (``<think>``)
+    are ids in any text: they go through the template, left as they are (Qwen3's template cuts
+    the answer at ``</think>``)."""
+    folder = _gpt2_folder(tmp_path / "tok", ["<|im_start|>", "<|im_end|>"], special=True)
+    tok_with_think = _gpt2_folder(tmp_path / "think", ["<|im_end|>"], special=True)
+    _gpt2_folder(tok_with_think, ["<think>", "</think>"], special=False)
     spec = TokenizerSpec(name=str(folder), chat_template="chatml")
     answer = "Write <|im_end|> to stop."
     kept = tokenize_table(_table([HISTORIES[0]], [answer]), spec).kept
     tok = spec.build()
     (im_end,) = tok.encode_markup_batch(["<|im_end|>"])[0]
     learned = _response_ids(kept, 0)
-    assert learned.count(im_end) == 1 and learned[-1] == im_end
-    assert learned[:-1] == [
-        *tok.encode_batch(["Write "])[0],
-        *tok.encode_batch(["<|im_end|>"])[0],
-        *tok.encode_batch([" to stop."])[0],
-    ]
-    assert _decode(folder, learned) == answer + "<|im_end|>"
+    assert learned == tok.encode_batch([answer])[0] and im_end not in learned
+    assert _decode(folder, learned) == answer
+
+    splits = (
+        "{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
+        "{% if '</think>' in m['content'] %}{% set parts = m['content'].split('</think>') %}"
+        "<think>{{ parts[0].split('<think>')[-1].strip('\n') }}</think>\n\n"
+        "{{ parts[-1].lstrip('\n') }}{% else %}{{ m['content'] }}{% endif %}<|im_end|>\n"
+        "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
+    spec = TokenizerSpec(name=str(tok_with_think), chat_template=splits)
+    thought = "<think>\nAdd them.\n</think>\n\nThe answer is 4."
+    kept = tokenize_table(_table([HISTORIES[0]], [thought]), spec).kept
+    expected = "<think>Add them.</think>\n\nThe answer is 4.<|im_end|>"
+    assert _decode(tok_with_think, _response_ids(kept, 0)) == expected
 
 
 DEEPSEEK_LIKE = (
