@@ -9,7 +9,7 @@ import dagster as dg
 from pydantic import Field
 
 from llm_assets import stages
-from llm_assets.assets.reporting import materialize_result
+from llm_assets.assets.reporting import materialize_result, sft_example_markdown
 from llm_assets.compute.resource import ComputeResource
 from llm_assets.constants import (
     CATALOG_POOL,
@@ -516,11 +516,16 @@ def tokenized_documents(
     spec = tokenizer_spec(config, warehouse.data_root_path)
     ctx = _context(context, compute, warehouse)
     report = stages.run_tokenized_documents(ctx, spec)
+    sft = {}
+    if spec.prompt_template is not None or spec.chat_template is not None:
+        example = sft_example_markdown(report, spec.build())
+        sft = {"sft_example": dg.MetadataValue.md(example)} if example else {}
     return materialize_result(
         report,
         ctx.catalog,
         NORMALIZED_DOCUMENTS,
         tokens_per_second=round(report.extra.get("tokens", 0) / max(report.seconds, 1e-9), 1),
+        **sft,
     )
 
 

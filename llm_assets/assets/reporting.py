@@ -12,6 +12,8 @@ import pyarrow.parquet as pq
 
 from llm_assets.compute.resource import ComputeResource
 from llm_assets.constants import ROWS_REJECTED_CHECK, TRAINING_BATCHES
+from llm_assets.lib.schema import DOC_ID, INPUT_IDS, PROMPT_TOKENS
+from llm_assets.lib.tokenization import Tokenizer
 from llm_assets.stages import StageReport
 from llm_assets.warehouse.catalog import Catalog
 
@@ -72,6 +74,48 @@ def sample_markdown(report: StageReport, rows: int = _SAMPLE_ROWS) -> str:
             ]
             return "\n".join([header, rule, *lines])
     return "_no rows_"
+
+
+_EXAMPLE_CHARS = 1500
+"""Characters of an SFT example's prompt shown (its end: where the answer joins it)."""
+
+
+def sft_example_markdown(report: StageReport, tok: Tokenizer) -> str:
+    """The first SFT row of the output as a model trains on it: its prompt (masked out of the
+    loss) and the tokens it learns, decoded with special tokens written out, so a person sees
+    what the template made of a conversation (the turn's end learned, a header not) without
+    reading ids. Empty when the rows have no prompt."""
+    for shard in report.shards:
+        if not shard.rows_out:
+            continue
+        footer = pq.ParquetFile(shard.path)
+        if PROMPT_TOKENS not in footer.schema_arrow.names:
+            return ""
+        columns = [DOC_ID, INPUT_IDS, PROMPT_TOKENS]
+        row = footer.read_row_group(0, columns=columns).slice(0, 1).to_pylist()[0]
+        ids, cut = row[INPUT_IDS], row[PROMPT_TOKENS]
+        prompt, learned = tok.decode(ids[:cut]), tok.decode(ids[cut:])
+        if len(prompt) > _EXAMPLE_CHARS:
+            prompt = "…" + prompt[-_EXAMPLE_CHARS:]
+        return "\n".join(
+            [
+                f"Row `{row[DOC_ID]}`: {cut} prompt tokens, masked out of the loss, then "
+                f"{len(ids) - cut} learned tokens (the batches add EOS after them).",
+                "",
+                "**Prompt**",
+                _fenced(prompt),
+                "**Learned**",
+                _fenced(learned),
+            ]
+        )
+    return ""
+
+
+def _fenced(text: str) -> str:
+    """``text`` as a Markdown code block, shown as it is (a fence longer than its backticks)."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}text\n{text}\n{fence}"
 
 
 def reasons_markdown(reasons: dict[str, int]) -> str:

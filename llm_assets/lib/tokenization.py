@@ -48,9 +48,9 @@ import json
 import os
 import re
 import string
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol
 
@@ -196,6 +196,8 @@ class Tokenizer:
     template_vars: tuple[tuple[str, str], ...] = ()
     """What a chat template sees of the tokenizer, as transformers passes its
     ``special_tokens_map``: ``bos_token``, ``eos_token``... and their strings."""
+    decoder: Callable[[list[int]], str] | None = None
+    """Ids back to text, special tokens written out (:meth:`decode`)."""
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         """Token ids of every text, in order, without truncation or special tokens."""
@@ -214,6 +216,13 @@ class Tokenizer:
         if not self.words_exact:
             return ids_to_arrow(self.encode_batch(texts.fill_null("").to_pylist()), self.vocab_size)
         return _encode_by_words(self, texts.fill_null(""))
+
+    def decode(self, ids: list[int]) -> str:
+        """The text of ``ids``, special tokens written as their strings (``<|im_end|>``), for
+        people to read what a row holds (the UI's SFT example); not used to build data."""
+        if self.decoder is None:
+            raise TokenizerError(f"tokenizer {self.name} cannot decode")
+        return self.decoder(ids)
 
     def __len__(self) -> int:
         return self.vocab_size
@@ -434,6 +443,7 @@ def _gpt2_tiktoken(threads: int) -> Tokenizer:
         eos_id=GPT2_EOS_ID,
         pad_id=GPT2_EOS_ID,
         encoder=encode,
+        decoder=lambda ids: encoding.decode(ids, errors="replace"),
         words_exact=True,
         markup_encoder=encode_markup,
         special_tokens=(GPT2_EOS,),
@@ -496,7 +506,7 @@ def _hf_encoder(tok: object, *, split_special_tokens: bool = True) -> _Encoder:
 def _hf_chat_fields(tok: object) -> dict:
     """A transformers tokenizer's :class:`Tokenizer` fields for chat prompts: the encoder that
     recognizes special tokens, the control tokens a message may not hold, and its
-    ``special_tokens_map`` for templates.
+    ``special_tokens_map`` for templates (and its decoder, for people to read rows).
 
     Control tokens: the named special tokens, every added token marked special, and the added
     tokens not marked special that look like markup (:func:`_is_markup`): DeepSeek's role markers
@@ -509,6 +519,11 @@ def _hf_chat_fields(tok: object) -> dict:
     special |= {t.content for t in added if t.special}
     control = special | {t.content for t in added if _is_markup(t.content)}
     return {
+        "decoder": partial(
+            tok.decode,  # type: ignore[attr-defined]
+            skip_special_tokens=False,
+            clean_up_tokenization_spaces=False,
+        ),
         "markup_encoder": _hf_encoder(tok, split_special_tokens=False),
         "special_tokens": tuple(sorted(t for t in control if t)),
         "text_special_tokens": tuple(sorted(t for t in special if t)),

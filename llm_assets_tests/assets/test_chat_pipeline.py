@@ -96,6 +96,12 @@ def test_conversations_become_batches_that_learn_the_last_answer_only(tmp_path, 
     assert result.success
     assert all(check.passed for check in result.get_asset_check_evaluations())
     catalog = WarehouseResource(root=str(root)).catalog()
+    # The UI shows one row as the model trains on it: the prompt, and what is learned.
+    (event,) = result.asset_materializations_for_node("tokenized_documents")
+    example = event.metadata["sft_example"].value
+    prompt_part, learned_part = example.split("**Learned**")
+    assert "**Prompt**" in prompt_part and "<|im_start|>assistant\n\n```" in prompt_part
+    assert learned_part.rstrip().endswith("<|im_end|>\n```")
 
     rejects = catalog.query("SELECT source_line, stage, reason FROM rejects ORDER BY source_line")
     assert rejects == [(line, stage, reason) for line, (_, stage, reason) in BAD_LINES.items()]

@@ -132,6 +132,18 @@ def test_metadata_tables_show_text_literally():
     assert len(_cell("x" * 500)) == 80
 
 
+def test_the_sft_example_is_a_code_block_whatever_backticks_the_text_holds():
+    """The SFT example's prompt and answer are shown as they are: a fence longer than any run
+    of backticks in them (a code answer's own ``` would end a shorter one)."""
+    from llm_assets.assets.reporting import _fenced
+
+    text = "Use:\n```python\nprint(1)\n```\nand `x`."
+    block = _fenced(text)
+    assert block.startswith("````text\n") and block.endswith("\n````")
+    assert block[len("````text\n") : -len("\n````")] == text
+    assert _fenced("plain") == "```text\nplain\n```"
+
+
 def test_every_asset_says_where_its_time_went(in_process_run):
     """seconds_by_part: the shard tasks' read / compute / write / commit seconds, in the
     materialization's metadata and in the catalog's record of it."""
@@ -845,6 +857,9 @@ def test_sft_instructions_mask_the_prompt_and_review_labels_pass_through(tmp_pat
         p = prompts[doc_id]
         assert all(x == -100 for x in labels[:p]) and -100 not in labels[p:n]
         assert all(x == -100 for x in labels[n:]) and sum(mask) == n
+    (event,) = result.asset_materializations_for_node("tokenized_documents")
+    example = event.metadata["sft_example"].value
+    assert "### Response:\n\n```" in example.split("**Learned**")[0]
 
     reviews = tmp_path / "reviews"
     reviews.mkdir()
@@ -867,6 +882,8 @@ def test_sft_instructions_mask_the_prompt_and_review_labels_pass_through(tmp_pat
         ),
     )
     assert result.success
+    (event,) = result.asset_materializations_for_node("tokenized_documents")
+    assert "sft_example" not in event.metadata  # no prompt: not SFT rows
     catalog = WarehouseResource(root=str(tmp_path / "wh2")).catalog()
     labels = dict(catalog.query("SELECT label, count(*) FROM training_batches GROUP BY label"))
     assert set(labels) == {"negative", "positive"}

@@ -621,3 +621,16 @@ def test_encoding_the_prompts_last_line_again_gives_the_ids_of_the_whole_prompt(
     answers = ["answer"] * len(prompts)
     fast = chat_answer_ids(tok, prompts, prompt_ids, texts, answers)
     assert fast == chat_answer_ids(whole, prompts, prompt_ids, texts, answers)
+
+
+def test_both_engines_decode_ids_with_special_tokens_written_out(tmp_path: Path):
+    """What the UI's SFT example shows: ids back to text, special tokens as their strings."""
+    text = "<|endoftext|>user: Ça va ? 日本語\n"
+    for spec in (TokenizerSpec(engine="tiktoken"), TokenizerSpec(engine="hf")):
+        tok = spec.build()
+        assert tok.decode(tok.encode_markup_batch([text])[0]) == text
+    folder = _qwen_like_folder(tmp_path / "qwen-like")
+    tok = TokenizerSpec(name=str(folder)).build()
+    chat = "<|im_start|>user\nHi<|im_end|>\n"
+    ids = tok.encode_markup_batch([chat])[0]
+    assert len(ids) < len(tok.encode_batch([chat])[0]) and tok.decode(ids) == chat
