@@ -61,6 +61,14 @@ class RawDocumentsConfig(dg.Config):
             "by tokenized_documents' chat_template"
         ),
     )
+    chat_answers: Literal["last", "every"] = Field(
+        "last",
+        description=(
+            "With chat_field: 'last' learns each conversation's last message (one row per "
+            "conversation); 'every' gives one row per assistant message, each with the whole "
+            "conversation before it as its prompt, so every answer is learned"
+        ),
+    )
 
 
 class NormalizeConfig(dg.Config):
@@ -353,6 +361,7 @@ def ingest_spec(config: RawDocumentsConfig) -> IngestSpec:
         text_field=config.text_field,
         csv_delimiter=config.csv_delimiter,
         chat_field=config.chat_field,
+        chat_answers=None if config.chat_answers == "last" else config.chat_answers,
     )
 
 

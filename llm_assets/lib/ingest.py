@@ -97,6 +97,9 @@ INVALID_CHAT = "invalid_chat"
 string that is not JSON, not a list of messages, a message without a role or text content, the
 last message not the assistant's). An absent or null field is ``missing_text``."""
 
+EVERY_ANSWER = "every"
+"""``chat_answers`` value: one row per assistant answer of a conversation."""
+
 REJECT_REASONS: tuple[str, ...] = (
     EMPTY_FILE,
     INVALID_UTF8,
@@ -175,6 +178,10 @@ class IngestSpec:
     which must be the assistant's, is the text (the response, learned), and the messages before
     it go to the metadata as ``messages`` (:data:`~llm_assets.lib.schema.CHAT_MESSAGES`), which
     ``tokenized_documents``' ``chat_template`` renders into the prompt (see :func:`chat_turns`)."""
+    chat_answers: str | None = None
+    """Which answers of a conversation are learned: None (``last``), the last message, one row
+    per conversation; ``every``: one row per assistant message, each with the conversation
+    before it (:func:`chat_answers`)."""
 
     @property
     def field(self) -> str:
@@ -188,6 +195,14 @@ class IngestSpec:
             raise ValueError(f"batch_bytes must be at least 1, got {self.batch_bytes}")
         if self.chat_field is not None and not self.chat_field:
             raise ValueError("chat_field must name a field, got an empty string")
+        if self.chat_answers not in (None, EVERY_ANSWER):
+            raise ValueError(
+                f"chat_answers must be 'last' or {EVERY_ANSWER!r}, got {self.chat_answers!r}"
+            )
+        if self.chat_answers is not None and self.chat_field is None:
+            raise ValueError(
+                "chat_answers applies to conversations: set chat_field to the field that holds them"
+            )
         # The csv module checks its delimiter only when a file is opened, in a worker, after
         # other shards' work: check it when the spec is made, at the run's first step.
         delimiter = self.csv_delimiter
@@ -301,6 +316,9 @@ class _Batch:
         self.lines: list[int] = []
         self.texts: list[str] = []
         self.metadata: list[bytes | None] = []
+        self.parts: list[int | None] = []
+        """Per kept row when a record gives more than one (``chat_answers: every``), else
+        empty: the row's part of its record (:func:`~llm_assets.lib.schema.make_doc_id`)."""
         self.reject_lines: list[int] = []
         self.reasons: list[str] = []
         self.values: list[str | None] = []
@@ -311,7 +329,11 @@ class _Batch:
     def __len__(self) -> int:
         return len(self.lines) + len(self.reject_lines)
 
-    def keep(self, line: int, text: str, metadata: bytes | None) -> None:
+    def keep(self, line: int, text: str, metadata: bytes | None, part: int | None = None) -> None:
+        if part is not None and not self.parts:
+            self.parts.extend([None] * len(self.lines))
+        if part is not None or self.parts:
+            self.parts.append(part)
         self.lines.append(line)
         self.texts.append(text)
         self.metadata.append(metadata)
@@ -330,13 +352,17 @@ class _Batch:
         """Build the Arrow tables of everything collected and start over (lists are reused)."""
         result = StageResult(
             kept=_kept_table(
-                self.source_file, self.lines, pa.array(self.texts, pa.string()), self.metadata
+                self.source_file,
+                self.lines,
+                pa.array(self.texts, pa.string()),
+                self.metadata,
+                self.parts or None,
             ),
             rejects=_rejects(
                 self.source_file, self.reject_lines, self.reasons, self.values, self.samples
             ),
         )
-        for column in (self.lines, self.texts, self.metadata):
+        for column in (self.lines, self.texts, self.metadata, self.parts):
             column.clear()
         for column in (self.reject_lines, self.reasons, self.values, self.samples):
             column.clear()
@@ -345,12 +371,22 @@ class _Batch:
 
 
 def _kept_table(
-    source_file: str, lines: list[int], texts: pa.Array, metadata: list[bytes | None]
+    source_file: str,
+    lines: list[int],
+    texts: pa.Array,
+    metadata: list[bytes | None],
+    parts: list[int | None] | None = None,
 ) -> pa.Table:
-    """Documents with :data:`DOCUMENT_SCHEMA`; metadata is compact JSON (UTF-8 bytes) or None."""
+    """Documents with :data:`DOCUMENT_SCHEMA`; metadata is compact JSON (UTF-8 bytes) or None;
+    ``parts`` (one per line) tell the rows of one record apart in their ids."""
+    ids = (
+        [make_doc_id(source_file, line) for line in lines]
+        if parts is None
+        else [make_doc_id(source_file, line, part) for line, part in zip(lines, parts, strict=True)]
+    )
     return pa.Table.from_arrays(
         [
-            pa.array([make_doc_id(source_file, line) for line in lines], pa.string()),
+            pa.array(ids, pa.string()),
             pa.repeat(pa.scalar(source_file, pa.string()), len(lines)),
             pa.array(lines, pa.int64()),
             texts,
@@ -419,20 +455,12 @@ def chat_turns(value: Any) -> tuple[str, list[dict[str, str]]]:
     (``[{"type": "text", "text": ...}]``) is their texts joined. The last message must be the
     assistant's: its content is the document's text (the response, the tokens the loss covers);
     the messages before it, as ``{"role", "content"}`` objects, are the prompt's context. Every
-    earlier assistant turn is context too: one row teaches one answer.
+    earlier assistant turn is context too: one row teaches one answer (:func:`chat_answers` for
+    one row per answer).
 
     Raises :class:`ChatError` saying what is wrong.
     """
-    if isinstance(value, str):
-        try:
-            value = orjson.loads(value)
-        except orjson.JSONDecodeError as error:
-            raise ChatError(f"a string that is not a JSON list of messages: {error}") from None
-    if not isinstance(value, list):
-        raise ChatError(f"not a list of messages but {_kind(value)}")
-    if not value:
-        raise ChatError("an empty list of messages")
-    turns = [_chat_message(number, message) for number, message in enumerate(value, 1)]
+    value, turns = _conversation(value)
     role, text = turns[-1]
     if isinstance(value[-1], dict) and value[-1].get("weight") == 0:
         raise ChatError(
@@ -445,6 +473,45 @@ def chat_turns(value: Any) -> tuple[str, list[dict[str, str]]]:
             "answer to learn"
         )
     return text, [{"role": role, "content": content} for role, content in turns[:-1]]
+
+
+def chat_answers(value: Any) -> list[tuple[int, str, list[dict[str, str]]]]:
+    """Every answer a conversation teaches (``chat_answers: every``): for each assistant message
+    not of ``weight: 0``, its number (1-based), its text and the conversation before it, in
+    order. Messages after the last answer (a conversation cut off before its next answer) teach
+    nothing. The value is read as :func:`chat_turns` reads it.
+
+    Raises :class:`ChatError` saying what is wrong, or that no message is an answer to learn.
+    """
+    value, turns = _conversation(value)
+    history = [{"role": role, "content": content} for role, content in turns]
+    answers = [
+        (number, content, history[: number - 1])
+        for number, (role, content) in enumerate(turns, 1)
+        if role == _ASSISTANT
+        and not (isinstance(value[number - 1], dict) and value[number - 1].get("weight") == 0)
+    ]
+    if not answers:
+        raise ChatError(
+            f"no message of the {len(turns)} is an assistant's answer to learn (of weight other "
+            "than 0)"
+        )
+    return answers
+
+
+def _conversation(value: Any) -> tuple[list[Any], list[tuple[str, str]]]:
+    """A chat field's list of messages (parsed from a JSON string) and each one's (role, text
+    content); :class:`ChatError` if it is not a non-empty list of readable messages."""
+    if isinstance(value, str):
+        try:
+            value = orjson.loads(value)
+        except orjson.JSONDecodeError as error:
+            raise ChatError(f"a string that is not a JSON list of messages: {error}") from None
+    if not isinstance(value, list):
+        raise ChatError(f"not a list of messages but {_kind(value)}")
+    if not value:
+        raise ChatError("an empty list of messages")
+    return value, [_chat_message(number, message) for number, message in enumerate(value, 1)]
 
 
 def _chat_message(number: int, message: Any) -> tuple[str, str]:
@@ -532,19 +599,33 @@ def _kind(value: Any) -> str:
     return "null" if value is None else type(value).__name__
 
 
-def _chat_document(value: Any, others: dict[str, Any], chat_field: str) -> tuple[str, bytes]:
-    """A chat row's text and metadata: its other fields (``others``) plus the conversation before
-    the answer under :data:`~llm_assets.lib.schema.CHAT_MESSAGES`. :class:`ChatError` if the
-    value holds no conversation or another field already has that name; ``orjson`` errors pass
-    through."""
-    text, history = chat_turns(value)
+def _chat_documents(
+    value: Any, others: dict[str, Any], chat_field: str, every: bool
+) -> list[tuple[str, bytes, int | None]]:
+    """A chat record's rows: (text, metadata, part) per answer learned (:func:`chat_turns`'s
+    last one, or with ``every`` :func:`chat_answers`'), the metadata its other fields
+    (``others``) plus the conversation before the answer under
+    :data:`~llm_assets.lib.schema.CHAT_MESSAGES`. ``part`` is None for the conversation's last
+    message (the id a record always had), else the answer's message number (its own id).
+    :class:`ChatError` if the value holds no conversation or another field already has that
+    name; ``orjson`` errors pass through."""
+    if every:
+        value, _ = _conversation(value)
+        answers = chat_answers(value)
+    else:
+        text, history = chat_turns(value)
+        answers = [(0, text, history)]
     if chat_field != CHAT_MESSAGES and CHAT_MESSAGES in others:
         raise ChatError(
             f"the record has a field {CHAT_MESSAGES!r} beside the chat field {chat_field!r}: "
             f"the conversation is stored as {CHAT_MESSAGES!r}, which would hide it"
         )
-    others[CHAT_MESSAGES] = history
-    return text, orjson.dumps(others)
+    last = len(value) if every else 0
+    rows = []
+    for number, text, history in answers:
+        others[CHAT_MESSAGES] = history
+        rows.append((text, orjson.dumps(others), None if number == last else number))
+    return rows
 
 
 def _keep_chat(
@@ -552,20 +633,21 @@ def _keep_chat(
     line: int,
     value: Any,
     others: dict[str, Any],
-    chat_field: str,
+    spec: IngestSpec,
     sample: Callable[[], str],
 ) -> None:
-    """Keep a chat row, or reject it (``invalid_chat``; ``malformed_record`` for other fields
-    that cannot be stored as metadata)."""
+    """Keep a chat record's rows, or reject it (``invalid_chat``; ``malformed_record`` for other
+    fields that cannot be stored as metadata)."""
     try:
-        text, metadata = _chat_document(value, others, chat_field)
+        rows = _chat_documents(value, others, spec.chat_field or "", spec.chat_answers is not None)
     except ChatError as error:
         batch.reject(line, INVALID_CHAT, str(error), sample())
     except orjson.JSONEncodeError as error:
         value = f"its other fields cannot be stored as metadata: {error}"
         batch.reject(line, MALFORMED_RECORD, value, sample())
     else:
-        batch.keep(line, text, metadata)
+        for text, metadata, part in rows:
+            batch.keep(line, text, metadata, part)
 
 
 def _sample(raw: bytes) -> str:
@@ -1050,7 +1132,7 @@ def _read_jsonl_stream(
                             keep_text(text)
                             keep_metadata(metadata)
                     elif chat_field is not None and text is not missing and text is not None:
-                        _keep_chat(batch, lineno, text, record, chat_field, partial(_sample, raw))
+                        _keep_chat(batch, lineno, text, record, spec, partial(_sample, raw))
                     else:
                         batch.reject(lineno, *_text_problem(text, text_field, record), _sample(raw))
                 else:
@@ -1122,7 +1204,7 @@ def _add_paragraph(batch: _Batch, first_line: int, lines: list[bytes], spec: Ing
     if spec.chat_field is None:
         batch.keep(first_line, text, None)
     else:
-        _keep_chat(batch, first_line, text, {}, spec.chat_field, partial(_sample, joined))
+        _keep_chat(batch, first_line, text, {}, spec, partial(_sample, joined))
 
 
 # --- CSV --------------------------------------------------------------------------------------
@@ -1282,7 +1364,7 @@ def _add_csv_record(
     if spec.chat_field is not None:
         fields = {name: row[i] for i, name in others}
         sample = partial(spec.csv_delimiter.join, row)
-        _keep_chat(batch, record, row[text_index], fields, spec.chat_field, sample)
+        _keep_chat(batch, record, row[text_index], fields, spec, sample)
         return
     metadata = orjson.dumps({name: row[i] for i, name in others}) if others else None
     batch.keep(record, row[text_index], metadata)
@@ -1427,18 +1509,25 @@ def _parquet_result(
             problems[row] = problem
     chats = {}
     if chat_field is not None and text is not None:
-        chats = _parquet_chats(text, others, problems, chat_field)
+        chats = _parquet_chats(text, others, problems, chat_field, spec.chat_answers is not None)
     kept = [i for i, problem in enumerate(problems) if problem is None]
     rejected = [i for i, problem in enumerate(problems) if problem is not None]
     kept_index = pa.array(kept, pa.int64())
+    lines = [rows_before + i + 1 for i in kept]
+    parts = None
     if chat_field is not None:
-        texts = pa.array([chats[i][0] for i in kept], pa.string())
-        metadata: list[bytes | None] = [chats[i][1] for i in kept]
+        rows = [(rows_before + i + 1, *row) for i in kept for row in chats[i]]
+        lines = [line for line, _, _, _ in rows]
+        texts = pa.array([text for _, text, _, _ in rows], pa.string())
+        metadata: list[bytes | None] = [fields for _, _, fields, _ in rows]
+        parts = [part for _, _, _, part in rows]
+        if all(part is None for part in parts):
+            parts = None
     else:
         texts = text.take(kept_index).cast(pa.string()) if kept else pa.array([], pa.string())
         metadata = _metadata_json(others.take(kept_index))
     return StageResult(
-        kept=_kept_table(source_file, [rows_before + i + 1 for i in kept], texts, metadata),
+        kept=_kept_table(source_file, lines, texts, metadata, parts),
         rejects=_rejects(
             source_file,
             [rows_before + i + 1 for i in rejected],
@@ -1454,9 +1543,11 @@ def _parquet_chats(
     others: pa.RecordBatch,
     problems: list[tuple[str, str] | None],
     chat_field: str,
-) -> dict[int, tuple[str, bytes]]:
-    """Row -> (text, metadata) of each row still without a problem whose chat column holds a
-    conversation; the others get their ``invalid_chat`` reject in ``problems``."""
+    every: bool,
+) -> dict[int, list[tuple[str, bytes, int | None]]]:
+    """Row -> its rows (text, metadata, part: :func:`_chat_documents`) for each row still without
+    a problem whose chat column holds a conversation; the others get their ``invalid_chat``
+    reject in ``problems``."""
     rows = [i for i, problem in enumerate(problems) if problem is None]
     index = pa.array(rows, pa.int64())
     values = column.take(index)
@@ -1469,7 +1560,8 @@ def _parquet_chats(
         rows, conversations, _metadata_json(others.take(index)), strict=True
     ):
         try:
-            chats[row] = _chat_document(value, orjson.loads(fields) if fields else {}, chat_field)
+            others_of_row = orjson.loads(fields) if fields else {}
+            chats[row] = _chat_documents(value, others_of_row, chat_field, every)
         except ChatError as error:
             problems[row] = (INVALID_CHAT, str(error))
     return chats

@@ -82,14 +82,16 @@ REJECT_SCHEMA = pa.schema(
 """Every dropped row, whatever the stage: where it came from, why, and the measured value."""
 
 
-def make_doc_id(source_file: str, source_line: int) -> str:
+def make_doc_id(source_file: str, source_line: int, part: int | None = None) -> str:
     """Return the stable id of the record at ``source_file``:``source_line``.
 
     Derived from the location, not the content, so two identical texts in different places keep
     different ids (dedup decides which one survives) and re-ingesting a file gives the same ids.
+    ``part`` tells apart the rows one record gives (a conversation's earlier answers, with
+    ``chat_answers: every``: their message numbers); None is the record's own id.
     """
-    digest = hashlib.sha256(f"{source_file}\0{source_line}".encode()).hexdigest()
-    return digest[:16]
+    where = f"{source_file}\0{source_line}" + ("" if part is None else f"\0{part}")
+    return hashlib.sha256(where.encode()).hexdigest()[:16]
 
 
 def string_array(texts: pa.Array | pa.ChunkedArray | Sequence[str]) -> pa.Array:

@@ -13,6 +13,7 @@ import pytest
 
 from llm_assets.assets.pipeline import PIPELINE_ASSET_DEFS
 from llm_assets.compute.resource import ComputeResource
+from llm_assets.lib.schema import make_doc_id
 from llm_assets.lib.tokenization import TokenizerSpec
 from llm_assets.stages import StageInputError
 from llm_assets.warehouse.resource import WarehouseResource
@@ -131,6 +132,46 @@ def test_conversations_become_batches_that_learn_the_last_answer_only(tmp_path, 
         assert labels[n:] == [-100] * (len(labels) - n) and sum(mask) == n
 
 
+def test_chat_answers_every_learns_each_answer_in_its_own_row(tmp_path):
+    """``chat_answers: every``: a conversation of three exchanges is three rows, each prompted
+    with the whole conversation before its answer (earlier answers included) and learning that
+    answer; the conversation's last answer keeps the id it has with ``last``."""
+    folder = write_chats(tmp_path / "chats")
+    config = chat_config(folder, chat_template="chatml")
+    config["ops"]["raw_documents"]["config"]["chat_answers"] = "every"
+    root = tmp_path / "wh"
+    result = dg.materialize(
+        PIPELINE_ASSET_DEFS,
+        resources={"compute": ComputeResource(), "warehouse": WarehouseResource(root=str(root))},
+        run_config=config,
+    )
+    assert result.success
+    catalog = WarehouseResource(root=str(root)).catalog()
+    rejects = catalog.query("SELECT source_line, stage, reason FROM rejects ORDER BY source_line")
+    assert rejects == [(line, stage, reason) for line, (_, stage, reason) in BAD_LINES.items()]
+    expected = set()
+    for line in (folder / "chats.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        if record["id"] in BAD_LINES:
+            continue
+        messages = record["messages"]
+        for k, message in enumerate(messages):
+            if message["role"] == "assistant":
+                last = k == len(messages) - 1
+                doc_id = make_doc_id("chats.jsonl", record["id"], None if last else k + 1)
+                expected.add((doc_id, record["id"], chatml(messages[:k]), message["content"]))
+    assert len(expected) > 37  # more rows than conversations
+    docs = catalog.query(
+        "SELECT f.doc_id, f.source_line, f.prompt, f.text, f.prompt_tokens, b.labels "
+        "FROM filtered_documents f JOIN training_batches b USING (doc_id)"
+    )
+    assert {row[:4] for row in docs} == expected
+    tok = TokenizerSpec().build()
+    for _, _, prompt, text, prompt_tokens, labels in docs:
+        learned = tok.encode_batch([prompt + text + "<|im_end|>"])[0][prompt_tokens:]
+        assert labels[prompt_tokens : prompt_tokens + len(learned) + 1] == [*learned, EOS]
+
+
 def test_a_custom_template_and_its_errors_are_rejects_of_their_rows(tmp_path):
     folder = write_chats(tmp_path / "chats", n=20)
     template = (
@@ -178,6 +219,17 @@ def test_chat_field_without_a_chat_template_is_refused_before_any_work(tmp_path)
                 "warehouse": WarehouseResource(root=str(root)),
             },
             run_config=chat_config(folder),
+        )
+    assert not (root / "raw_documents").exists()
+    config = pipeline_run_config(folder, raw_documents={"chat_answers": "every"})
+    with pytest.raises(StageInputError, match="raw_documents: chat_answers applies to conv"):
+        dg.materialize(
+            PIPELINE_ASSET_DEFS,
+            resources={
+                "compute": ComputeResource(),
+                "warehouse": WarehouseResource(root=str(root)),
+            },
+            run_config=config,
         )
     assert not (root / "raw_documents").exists()
 

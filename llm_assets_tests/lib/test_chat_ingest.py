@@ -22,10 +22,11 @@ from llm_assets.lib.ingest import (
     NON_STRING_TEXT,
     ChatError,
     IngestSpec,
+    chat_answers,
     chat_turns,
     read_documents,
 )
-from llm_assets.lib.schema import CHAT_MESSAGES
+from llm_assets.lib.schema import CHAT_MESSAGES, make_doc_id
 from llm_assets.stages import spec_fields
 
 CHAT = IngestSpec(chat_field="messages")
@@ -318,3 +319,62 @@ def test_chat_field_must_name_a_field_and_unset_stays_out_of_the_fingerprint():
         IngestSpec(chat_field="")
     assert "chat_field" not in spec_fields(IngestSpec())
     assert spec_fields(CHAT)["chat_field"] == "messages"
+
+
+EVERY = IngestSpec(chat_field="messages", chat_answers="every")
+
+
+def test_every_answer_is_a_row_with_the_conversation_before_it():
+    assert chat_answers(CONVERSATION) == [
+        (3, "4", HISTORY[:2]),
+        (5, "6", HISTORY),
+    ]
+    # OpenAI's weight 0 marks an answer not to learn: it stays context of the later ones.
+    weighted = [dict(m) for m in CONVERSATION]
+    weighted[2]["weight"] = 0
+    assert chat_answers(weighted) == [(5, "6", HISTORY)]
+    # A conversation cut off before its next answer teaches the answers it has.
+    assert chat_answers(HISTORY) == [(3, "4", HISTORY[:2])]
+    with pytest.raises(ChatError, match="no message of the 2 is an assistant's answer"):
+        chat_answers(HISTORY[:2])
+    with pytest.raises(ChatError, match="message 2 is not an object"):
+        chat_answers([{"role": "user", "content": "Q"}, 5])
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".parquet", ".csv", ".txt"])
+def test_chat_answers_every_gives_each_answer_its_row_and_its_own_id(tmp_path, suffix):
+    """Each assistant message is a row at its record's line; the conversation's last message
+    keeps the id it has with ``chat_answers: last``, so switching adds rows and keeps those."""
+    records = [{"id": 1, "messages": CONVERSATION}, {"id": 2, "messages": HISTORY[:2]}]
+    path = tmp_path / f"c{suffix}"
+    if suffix == ".jsonl":
+        write_jsonl(path, records)
+    elif suffix == ".parquet":
+        pq.write_table(pa.Table.from_pylist(records), path)
+    elif suffix == ".csv":
+        cells = [(r["id"], json.dumps(r["messages"]).replace('"', '""')) for r in records]
+        rows = "".join(f'{record_id},"{cell}"\n' for record_id, cell in cells)
+        path.write_text("id,messages\n" + rows, encoding="utf-8")
+    else:
+        path.write_text("".join(json.dumps(r["messages"]) + "\n\n" for r in records))
+    kept, rejects = read(path, EVERY)
+    last, _ = read(path)
+    assert kept["text"].to_pylist() == ["4", "6"]
+    assert [m[CHAT_MESSAGES] for m in metadata(kept)] == [HISTORY[:2], HISTORY]
+    assert kept["source_line"].to_pylist() == [1, 1]
+    assert kept["doc_id"].to_pylist() == [
+        make_doc_id(path.name, 1, 3),
+        make_doc_id(path.name, 1),
+    ]
+    assert last["doc_id"].to_pylist() == [make_doc_id(path.name, 1)]
+    line = {".txt": 3}.get(suffix, 2)
+    assert located(rejects) == [(line, INVALID_CHAT)]
+    assert "no message of the 2 is an assistant's answer" in rejects["value"][0].as_py()
+
+
+def test_chat_answers_needs_a_chat_field_and_a_known_value():
+    with pytest.raises(ValueError, match="set chat_field"):
+        IngestSpec(chat_answers="every")
+    with pytest.raises(ValueError, match="chat_answers must be 'last' or 'every'"):
+        IngestSpec(chat_field="messages", chat_answers="all")
+    assert "chat_answers" not in spec_fields(CHAT)  # unset: old fingerprints stay
