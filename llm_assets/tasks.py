@@ -56,6 +56,7 @@ from llm_assets.lib.schema import (
     StageResult,
     drop_rows,
     empty_rejects,
+    make_doc_id,
     rejects_table,
 )
 from llm_assets.warehouse.shards import (
@@ -717,7 +718,7 @@ def _scatter_order(
         return_counts=True,
     )
     keys = shuffle_keys(doc_ids, task.spec.seed)
-    validation = assign_splits(doc_ids, task.spec.seed, task.spec.validation_fraction)
+    validation = assign_splits(_record_ids(table), task.spec.seed, task.spec.validation_fraction)
     # Group number: split-major, then bucket.
     groups = validation.astype(np.int64) * task.n_buckets + assign_buckets(keys, task.n_buckets)
     order = np.argsort(groups, kind="stable")
@@ -725,6 +726,18 @@ def _scatter_order(
     present, starts, sizes = np.unique(groups[order], return_index=True, return_counts=True)
     histogram = {int(n): int(d) for n, d in zip(lengths, documents, strict=True)}
     return keyed, present, starts, sizes, histogram
+
+
+def _record_ids(table: pa.Table) -> list[str]:
+    """What the split is decided on: each row's record, the id of its source line
+    (:func:`~llm_assets.lib.schema.make_doc_id` without a part). The rows of one conversation
+    read with ``chat_answers: every`` have their own ids but one record, and go to one split: a
+    validation answer must not be a training row's context. Every other row's record id is its
+    doc_id (SFT rows carry their location here; other rows are one per record)."""
+    if SOURCE_LINE not in table.column_names:
+        return table[DOC_ID].to_pylist()
+    files, lines = table[SOURCE_FILE].to_pylist(), table[SOURCE_LINE].to_pylist()
+    return [make_doc_id(f, line) for f, line in zip(files, lines, strict=True)]
 
 
 @dataclass(frozen=True)

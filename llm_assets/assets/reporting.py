@@ -77,7 +77,8 @@ def sample_markdown(report: StageReport, rows: int = _SAMPLE_ROWS) -> str:
 
 
 _EXAMPLE_CHARS = 1500
-"""Characters of an SFT example's prompt shown (its end: where the answer joins it)."""
+"""Characters of an SFT example's prompt shown (its end: where the answer joins it), and of its
+learned text (its start and end)."""
 
 
 def sft_example_markdown(report: StageReport, tok: Tokenizer) -> str:
@@ -97,10 +98,13 @@ def sft_example_markdown(report: StageReport, tok: Tokenizer) -> str:
         prompt, learned = tok.decode(ids[:cut]), tok.decode(ids[cut:])
         if len(prompt) > _EXAMPLE_CHARS:
             prompt = "…" + prompt[-_EXAMPLE_CHARS:]
+        if len(learned) > _EXAMPLE_CHARS:
+            half = _EXAMPLE_CHARS // 2
+            learned = f"{learned[:half]}\n…\n{learned[-half:]}"
         return "\n".join(
             [
-                f"Row `{row[DOC_ID]}`: {cut} prompt tokens, masked out of the loss, then "
-                f"{len(ids) - cut} learned tokens (the batches add EOS after them).",
+                f"Row `{row[DOC_ID]}`: {cut} prompt token(s), masked out of the loss, then "
+                f"{len(ids) - cut} learned token(s) (the batches add EOS after them).",
                 "",
                 "**Prompt**",
                 _fenced(prompt),

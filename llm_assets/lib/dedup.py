@@ -434,7 +434,15 @@ def resolve_duplicates(
             similarity = jaccard_estimate(
                 signatures[np.searchsorted(ords, later)], signatures[np.searchsorted(ords, earlier)]
             )
-            similar = np.flatnonzero(similarity >= near.threshold)
+            # Rows of one record (a conversation's answers, chat_answers: every) are never
+            # duplicates of each other: each later one's prompt holds the earlier ones.
+            files = candidates["source_file"].to_numpy(zero_copy_only=False)
+            lines = candidates["source_line"].to_numpy()
+            at_later, at_earlier = np.searchsorted(ords, later), np.searchsorted(ords, earlier)
+            same_record = (files[at_later] == files[at_earlier]) & (
+                lines[at_later] == lines[at_earlier]
+            )
+            similar = np.flatnonzero((similarity >= near.threshold) & ~same_record)
             joined = attach_in_order(later[similar], earlier[similar], similarity[similar])
             doc_ids = candidates["doc_id"].to_pylist()
             shard_of = candidates["shard"].to_pylist()

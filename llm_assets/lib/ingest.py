@@ -165,7 +165,8 @@ class IngestSpec:
     text_field: str = "text"
     """Name of the JSON field / CSV or Parquet column that holds the document text."""
     batch_rows: int = 8192
-    """Records (kept + rejected) per yielded StageResult, at most."""
+    """Records (kept + rejected) per yielded StageResult, at most (a conversation read with
+    ``chat_answers: every`` is one record of one or more kept rows)."""
     batch_bytes: int = BATCH_BYTES
     """Input bytes per yielded StageResult: a batch is flushed at the record that reaches them
     (JSONL: line bytes, CSV: field characters, TXT: paragraph bytes; Parquet: the rows per batch
@@ -311,8 +312,11 @@ def _blank_from(path: str, start: int) -> bool:
 class _Batch:
     """Kept rows and rejects of one file, collected column by column until the next flush."""
 
-    def __init__(self, source_file: str) -> None:
+    def __init__(self, source_file: str, codec: str | None = None) -> None:
         self.source_file = source_file
+        self.codec = codec
+        """The UTF-16 or UTF-32 codec the file is transcoded from (None: UTF-8): its invalid
+        UTF-8 can only be what did not decode (:class:`_Transcoded`), said so in the reject."""
         self.lines: list[int] = []
         self.texts: list[str] = []
         self.metadata: list[bytes | None] = []
@@ -339,6 +343,11 @@ class _Batch:
         self.metadata.append(metadata)
 
     def reject(self, line: int, reason: str, value: str | None, sample: str | None) -> None:
+        if reason == INVALID_UTF8 and self.codec is not None:
+            value = (
+                f"not valid {self.codec.upper()}: a lone surrogate, or a character cut off at "
+                "the end of the file"
+            )
         self.reject_lines.append(line)
         self.reasons.append(reason)
         self.values.append(value)
@@ -472,14 +481,19 @@ def chat_turns(value: Any) -> tuple[str, list[dict[str, str]]]:
             f"the last message (message {len(turns)}) is from {role!r}, not 'assistant': no "
             "answer to learn"
         )
+    if not text.strip():
+        raise ChatError(
+            f"the last message (message {len(turns)}) is empty or only whitespace: no answer to "
+            "learn"
+        )
     return text, [{"role": role, "content": content} for role, content in turns[:-1]]
 
 
 def chat_answers(value: Any) -> list[tuple[int, str, list[dict[str, str]]]]:
     """Every answer a conversation teaches (``chat_answers: every``): for each assistant message
-    not of ``weight: 0``, its number (1-based), its text and the conversation before it, in
-    order. Messages after the last answer (a conversation cut off before its next answer) teach
-    nothing. The value is read as :func:`chat_turns` reads it.
+    not of ``weight: 0`` nor empty (only whitespace), its number (1-based), its text and the
+    conversation before it, in order. Messages after the last answer (a conversation cut off
+    before its next answer) teach nothing. The value is read as :func:`chat_turns` reads it.
 
     Raises :class:`ChatError` saying what is wrong, or that no message is an answer to learn.
     """
@@ -489,12 +503,13 @@ def chat_answers(value: Any) -> list[tuple[int, str, list[dict[str, str]]]]:
         (number, content, history[: number - 1])
         for number, (role, content) in enumerate(turns, 1)
         if role == _ASSISTANT
+        and content.strip()
         and not (isinstance(value[number - 1], dict) and value[number - 1].get("weight") == 0)
     ]
     if not answers:
         raise ChatError(
-            f"no message of the {len(turns)} is an assistant's answer to learn (of weight other "
-            "than 0)"
+            f"no message of the {len(turns)} is an assistant's answer to learn (not empty, of "
+            "weight other than 0)"
         )
     return answers
 
@@ -1037,18 +1052,18 @@ _UNDECODABLE = "llm_assets.undecodable"
 codecs.register_error(_UNDECODABLE, _escape_undecodable)
 
 
-def _utf8(stream: io.BufferedReader) -> io.BufferedReader:
+def _utf8(stream: io.BufferedReader) -> tuple[io.BufferedReader, str | None]:
     """``stream`` itself, or its UTF-8 transcoding when it starts with a UTF-16 or UTF-32
-    byte-order mark (:func:`unicode_encoding`)."""
+    byte-order mark (:func:`unicode_encoding`), with that codec (None for UTF-8)."""
     try:
         found = unicode_encoding(stream.peek(4)[:4])
     except (EOFError, *_CORRUPT_ERRORS):
-        return stream  # the reader says what is wrong with the stream
+        return stream, None  # the reader says what is wrong with the stream
     if found is None:
-        return stream
+        return stream, None
     codec, bom = found
     stream.read(bom)
-    return io.BufferedReader(_Transcoded(stream, codec), _READ_CHUNK)
+    return io.BufferedReader(_Transcoded(stream, codec), _READ_CHUNK), codec
 
 
 _JSON_ARRAY = (
@@ -1067,7 +1082,7 @@ def _jsonl_reader(fmt: str) -> Callable[[str, str, IngestSpec], Iterator[StageRe
             open(path, "rb", buffering=_READ_CHUNK) as handle,
             _decompressed(handle, fmt) as decompressed,
         ):
-            stream = _utf8(decompressed)
+            stream, codec = _utf8(decompressed)
             if not fmt.startswith("jsonl"):
                 try:
                     head = stream.peek(_READ_CHUNK).lstrip(b"\xef\xbb\xbf \t\r\n")
@@ -1078,7 +1093,7 @@ def _jsonl_reader(fmt: str) -> Callable[[str, str, IngestSpec], Iterator[StageRe
                     batch.reject(1, CORRUPT_FILE, _JSON_ARRAY, _sample(head))
                     yield batch.flush()
                     return
-            yield from _read_jsonl_stream(stream, source_file, spec)
+            yield from _read_jsonl_stream(stream, source_file, spec, codec=codec)
 
     return read
 
@@ -1090,9 +1105,11 @@ def _read_jsonl_stream(
     first_line: int = 1,
     *,
     strip_bom: bool = True,
+    codec: str | None = None,
 ) -> Iterator[StageResult]:
-    """Parse one JSON object per line. The hot path: kept rows touch only list appends."""
-    batch = _Batch(source_file)
+    """Parse one JSON object per line (``codec``: transcoded from it, see :class:`_Batch`). The
+    hot path: kept rows touch only list appends."""
+    batch = _Batch(source_file, codec)
     keep_line, keep_text, keep_metadata = (
         batch.lines.append,
         batch.texts.append,
@@ -1162,11 +1179,12 @@ def _undecodable(raw: bytes, error: ValueError) -> tuple[str, str]:
 # --- TXT --------------------------------------------------------------------------------------
 def _read_txt(path: str, source_file: str, spec: IngestSpec) -> Iterator[StageResult]:
     """One document per paragraph (lines separated by blank lines), at its first line."""
-    batch = _Batch(source_file)
     paragraph: list[bytes] = []
     first_line = 0
     with open(path, "rb", buffering=_READ_CHUNK) as handle:
-        for lineno, raw in enumerate(_lines(_utf8(handle)), 1):
+        stream, codec = _utf8(handle)
+        batch = _Batch(source_file, codec)
+        for lineno, raw in enumerate(_lines(stream), 1):
             if raw.strip():
                 if not paragraph:
                     first_line = lineno
@@ -1220,13 +1238,12 @@ def _read_csv(path: str, source_file: str, spec: IngestSpec) -> Iterator[StageRe
     A record the parser refuses is a ``malformed_record`` reject.
     """
     csv.field_size_limit(max(csv.field_size_limit(), _MAX_CSV_FIELD))
-    batch = _Batch(source_file)
-    with (
-        open(path, "rb", buffering=_READ_CHUNK) as binary,
-        io.TextIOWrapper(
-            _utf8(binary), encoding="utf-8-sig", errors="surrogateescape", newline=""
-        ) as handle,
-    ):
+    with open(path, "rb", buffering=_READ_CHUNK) as binary:
+        stream, codec = _utf8(binary)
+        batch = _Batch(source_file, codec)
+        handle = io.TextIOWrapper(
+            stream, encoding="utf-8-sig", errors="surrogateescape", newline=""
+        )
         lines = _RecordLines(handle)
         rows = csv.reader(lines, delimiter=spec.csv_delimiter)
         try:

@@ -954,19 +954,26 @@ def _completion(
         # turn's, not the end of the answer's; what it writes for an empty conversation tells
         # it from the turn's end before it (ChatML's "<|im_end|>\n<|im_start|>assistant").
         header = _empty_rendering(compiled, context)
+        if header == "":
+            return completion  # it writes nothing after every conversation: the tail is the end
         if header and tail.endswith(header):
             return completion[: len(completion) - len(header)].rstrip()
-        return completion[: start + len(shown)]
+        return completion[: start + len(shown)]  # the header is not known: the answer alone
     return completion
 
 
 def _empty_rendering(compiled: jinja2.Template, context: dict) -> str | None:
     """What ``compiled`` writes for an empty conversation without a generation prompt, stripped
-    (None if it fails): the header a template writes after every conversation."""
+    and without a leading BOS (None if it fails): the header a template writes after every
+    conversation."""
     try:
-        return compiled.render(context, messages=[], add_generation_prompt=False).strip()
+        written = compiled.render(context, messages=[], add_generation_prompt=False).strip()
     except Exception:  # a template may refuse an empty conversation
         return None
+    bos = context.get("bos_token")
+    if isinstance(bos, str) and bos and written.startswith(bos):
+        written = written[len(bos) :].lstrip()  # a template's BOS starts every conversation
+    return written
 
 
 _MARK_START, _MARK_END = "\ue000", "\ue001"

@@ -9,6 +9,7 @@ import random
 from pathlib import Path
 
 import dagster as dg
+import pyarrow.parquet as pq
 import pytest
 
 from llm_assets.assets.pipeline import PIPELINE_ASSET_DEFS
@@ -170,6 +171,50 @@ def test_chat_answers_every_learns_each_answer_in_its_own_row(tmp_path):
     for _, _, prompt, text, prompt_tokens, labels in docs:
         learned = tok.encode_batch([prompt + text + "<|im_end|>"])[0][prompt_tokens:]
         assert labels[prompt_tokens : prompt_tokens + len(learned) + 1] == [*learned, EOS]
+
+
+def test_every_answer_of_long_conversations_survives_dedup_and_shares_a_split(tmp_path):
+    """With ``chat_answers: every`` a long conversation's rows are nested (each one's prompt holds
+    the ones before): near-dedup does not take them for duplicates of each other, and all the
+    rows of a conversation go to one split, so no validation answer is a training prompt."""
+    rnd = random.Random(1)
+    words = [f"w{i}" for i in range(3000)]
+    folder = tmp_path / "long"
+    folder.mkdir()
+    lines = []
+    for record in range(24):
+        messages = []
+        for _ in range(8):
+            question = " ".join(rnd.choices(words, k=30))
+            messages += [
+                {"role": "user", "content": f"Explain {question}."},
+                {"role": "assistant", "content": " ".join(rnd.choices(words, k=40)) + "."},
+            ]
+        lines.append(json.dumps({"id": record, "messages": messages}))
+    (folder / "long.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    config = chat_config(folder, chat_template="chatml")
+    config["ops"]["raw_documents"]["config"]["chat_answers"] = "every"
+    config["ops"]["training_batches"]["config"].update(seq_len=2048, validation_fraction=0.4)
+    root = tmp_path / "wh"
+    result = dg.materialize(
+        PIPELINE_ASSET_DEFS,
+        resources={"compute": ComputeResource(), "warehouse": WarehouseResource(root=str(root))},
+        run_config=config,
+    )
+    assert result.success
+    catalog = WarehouseResource(root=str(root)).catalog()
+    assert catalog.query("SELECT count(*) FROM rejects") == [(0,)]
+    assert catalog.query("SELECT count(*) FROM filtered_documents") == [(24 * 8,)]
+    (event,) = result.asset_materializations_for_node("training_batches")
+    batches = Path(event.metadata["folder"].value)
+    line_of = dict(catalog.query("SELECT doc_id, source_line FROM filtered_documents"))
+    splits: dict[int, set[str]] = {}
+    for split in ("train", "validation"):
+        for path in batches.glob(f"part-{split}-*.parquet"):
+            for doc_id in pq.read_table(path, columns=["doc_id"])["doc_id"].to_pylist():
+                splits.setdefault(line_of[doc_id], set()).add(split)
+    assert len(splits) == 24 and all(len(s) == 1 for s in splits.values())
+    assert {"train", "validation"} == set().union(*splits.values())
 
 
 def test_a_custom_template_and_its_errors_are_rejects_of_their_rows(tmp_path):

@@ -339,6 +339,11 @@ def test_every_answer_is_a_row_with_the_conversation_before_it():
         chat_answers(HISTORY[:2])
     with pytest.raises(ChatError, match="message 2 is not an object"):
         chat_answers([{"role": "user", "content": "Q"}, 5])
+    # An empty answer teaches nothing (a template would make its row learn the next header).
+    blank = [*HISTORY[:2], {"role": "assistant", "content": " \n"}]
+    with pytest.raises(ChatError, match=r"\(message 3\) is empty or only whitespace"):
+        chat_turns(blank)
+    assert chat_answers([*blank, *CONVERSATION[3:]]) == [(5, "6", [*blank, *CONVERSATION[3:4]])]
 
 
 @pytest.mark.parametrize("suffix", [".jsonl", ".parquet", ".csv", ".txt"])

@@ -634,3 +634,21 @@ def test_both_engines_decode_ids_with_special_tokens_written_out(tmp_path: Path)
     chat = "<|im_start|>user\nHi<|im_end|>\n"
     ids = tok.encode_markup_batch([chat])[0]
     assert len(ids) < len(tok.encode_batch([chat])[0]) and tok.decode(ids) == chat
+
+
+@pytest.mark.parametrize(
+    ("template", "learned"),
+    [
+        # Writes only each content and its end: the tail after the answer is its turn's end.
+        ("{% for m in messages %}{{ m['content'] }}<|im_end|>{% endfor %}", "Sure: 5.<|im_end|>"),
+        # A BOS, then the header after every conversation: the header goes, the turn's end stays.
+        ("{{ bos_token }}" + CHATML_ALWAYS, "\nSure: 5.<|im_end|>"),
+    ],
+)
+def test_what_a_template_writes_after_every_conversation_is_told_from_the_turns_end(
+    tmp_path: Path, template: str, learned: str
+):
+    folder = _qwen_like_folder(tmp_path / "qwen-like")
+    spec = TokenizerSpec(name=str(folder), chat_template=template)
+    kept = tokenize_table(_table(HISTORIES[:1], ["Sure: 5."]), spec).kept
+    assert _decode(folder, _response_ids(kept, 0)) == learned

@@ -835,3 +835,6 @@ def test_utf16_that_does_not_decode_rejects_only_its_line(tmp_path, suffix):
     broken_at = {".jsonl": 2, ".csv": 2, ".txt": 3}[suffix]  # CSV: record; TXT: paragraph line
     last = {".jsonl": 4, ".csv": 4, ".txt": 7}[suffix]
     assert rows == [(broken_at, INVALID_UTF8), (last, INVALID_UTF8)]
+    # The value says what is wrong in the file's encoding (not a UTF-8 byte it does not hold).
+    expected = "not valid UTF-16-LE: a lone surrogate, or a character cut off at the end"
+    assert all(value.startswith(expected) for value in rejects["value"].to_pylist())
