@@ -17,6 +17,7 @@ from llm_assets.compute.resource import ComputeResource
 from llm_assets.lib.schema import make_doc_id
 from llm_assets.lib.tokenization import TokenizerSpec
 from llm_assets.stages import StageInputError
+from llm_assets.warehouse.catalog import Catalog
 from llm_assets.warehouse.resource import WarehouseResource
 from llm_assets_tests.conftest import pipeline_run_config
 
@@ -133,21 +134,28 @@ def test_conversations_become_batches_that_learn_the_last_answer_only(tmp_path, 
         assert labels[n:] == [-100] * (len(labels) - n) and sum(mask) == n
 
 
-def test_chat_answers_every_learns_each_answer_in_its_own_row(tmp_path):
-    """``chat_answers: every``: a conversation of three exchanges is three rows, each prompted
-    with the whole conversation before its answer (earlier answers included) and learning that
-    answer; the conversation's last answer keeps the id it has with ``last``."""
-    folder = write_chats(tmp_path / "chats")
+def materialize_every_answer(
+    folder: Path, root: Path, **batches: object
+) -> tuple[dg.ExecuteInProcessResult, Catalog]:
+    """The pipeline over ``folder`` with ``chat_answers: every`` and ChatML, in process."""
     config = chat_config(folder, chat_template="chatml")
     config["ops"]["raw_documents"]["config"]["chat_answers"] = "every"
-    root = tmp_path / "wh"
+    config["ops"]["training_batches"]["config"].update(batches)
     result = dg.materialize(
         PIPELINE_ASSET_DEFS,
         resources={"compute": ComputeResource(), "warehouse": WarehouseResource(root=str(root))},
         run_config=config,
     )
     assert result.success
-    catalog = WarehouseResource(root=str(root)).catalog()
+    return result, WarehouseResource(root=str(root)).catalog()
+
+
+def test_chat_answers_every_learns_each_answer_in_its_own_row(tmp_path):
+    """``chat_answers: every``: a conversation of three exchanges is three rows, each prompted
+    with the whole conversation before its answer (earlier answers included) and learning that
+    answer; the conversation's last answer keeps the id it has with ``last``."""
+    folder = write_chats(tmp_path / "chats")
+    _, catalog = materialize_every_answer(folder, tmp_path / "wh")
     rejects = catalog.query("SELECT source_line, stage, reason FROM rejects ORDER BY source_line")
     assert rejects == [(line, stage, reason) for line, (_, stage, reason) in BAD_LINES.items()]
     expected = set()
@@ -192,17 +200,9 @@ def test_every_answer_of_long_conversations_survives_dedup_and_shares_a_split(tm
             ]
         lines.append(json.dumps({"id": record, "messages": messages}))
     (folder / "long.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    config = chat_config(folder, chat_template="chatml")
-    config["ops"]["raw_documents"]["config"]["chat_answers"] = "every"
-    config["ops"]["training_batches"]["config"].update(seq_len=2048, validation_fraction=0.4)
-    root = tmp_path / "wh"
-    result = dg.materialize(
-        PIPELINE_ASSET_DEFS,
-        resources={"compute": ComputeResource(), "warehouse": WarehouseResource(root=str(root))},
-        run_config=config,
+    result, catalog = materialize_every_answer(
+        folder, tmp_path / "wh", seq_len=2048, validation_fraction=0.4
     )
-    assert result.success
-    catalog = WarehouseResource(root=str(root)).catalog()
     assert catalog.query("SELECT count(*) FROM rejects") == [(0,)]
     assert catalog.query("SELECT count(*) FROM filtered_documents") == [(24 * 8,)]
     (event,) = result.asset_materializations_for_node("training_batches")
@@ -256,27 +256,24 @@ def test_a_custom_template_and_its_errors_are_rejects_of_their_rows(tmp_path):
 def test_chat_field_without_a_chat_template_is_refused_before_any_work(tmp_path):
     folder = write_chats(tmp_path / "chats", n=5)
     root = tmp_path / "wh"
-    with pytest.raises(StageInputError, match="chat_template is not set"):
-        dg.materialize(
-            PIPELINE_ASSET_DEFS,
-            resources={
-                "compute": ComputeResource(),
-                "warehouse": WarehouseResource(root=str(root)),
-            },
-            run_config=chat_config(folder),
-        )
-    assert not (root / "raw_documents").exists()
-    config = pipeline_run_config(folder, raw_documents={"chat_answers": "every"})
-    with pytest.raises(StageInputError, match="raw_documents: chat_answers applies to conv"):
-        dg.materialize(
-            PIPELINE_ASSET_DEFS,
-            resources={
-                "compute": ComputeResource(),
-                "warehouse": WarehouseResource(root=str(root)),
-            },
-            run_config=config,
-        )
-    assert not (root / "raw_documents").exists()
+    refused = [
+        (chat_config(folder), "chat_template is not set"),
+        (
+            pipeline_run_config(folder, raw_documents={"chat_answers": "every"}),
+            "raw_documents: chat_answers applies to conversations: set chat_field",
+        ),
+    ]
+    for config, message in refused:
+        with pytest.raises(StageInputError, match=message):
+            dg.materialize(
+                PIPELINE_ASSET_DEFS,
+                resources={
+                    "compute": ComputeResource(),
+                    "warehouse": WarehouseResource(root=str(root)),
+                },
+                run_config=config,
+            )
+        assert not (root / "raw_documents").exists()
 
 
 def test_a_chat_field_the_records_lack_fails_raw_documents_naming_the_setting(tmp_path):
