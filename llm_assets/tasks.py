@@ -36,6 +36,7 @@ from llm_assets.lib.batching import (
     assign_splits,
     bucket_layout,
     longest_in_batch,
+    masked_lead,
     pack_sequences,
     pad_sequences,
     prompt_fills_sequence,
@@ -47,6 +48,7 @@ from llm_assets.lib.schema import (
     DOC_ID,
     INPUT_IDS,
     LABEL,
+    LEARNED_SPANS,
     PROMPT_TOKENS,
     REASON,
     REJECT_SCHEMA,
@@ -482,7 +484,7 @@ _IPC_MAGIC_BYTES = 8
 ScatterPiece = tuple[str, int, int, int, int]
 """Where one record batch of a (split, bucket) lies in one scatter file: the file's path, its
 schema message (offset, length) and the batch's message (offset, length)."""
-SCATTER_COLUMNS = (DOC_ID, INPUT_IDS, PROMPT_TOKENS, LABEL)
+SCATTER_COLUMNS = (DOC_ID, INPUT_IDS, PROMPT_TOKENS, LEARNED_SPANS, LABEL)
 """The columns of a filtered shard the shuffle reads and holds (those present); the text stays."""
 SFT_SCATTER_COLUMNS = (SOURCE_FILE, SOURCE_LINE)
 """Held too for SFT rows (with ``prompt_tokens``), which the gather may reject
@@ -782,7 +784,7 @@ def untrainable_rejects(
     lengths = pc.list_value_length(table[INPUT_IDS]).to_numpy(zero_copy_only=False)[order]
     lengths = lengths + 1 if _sft_eos(table, spec) else lengths
     limit = spec.seq_len if spec.layout != "packed" else spec.seq_len - 1
-    prompts = table[PROMPT_TOKENS].to_numpy()[order]
+    prompts = masked_lead(table[PROMPT_TOKENS].to_numpy(), _learned_spans(table))[order]
     bad = prompt_fills_sequence(lengths, prompts, limit)
     if not bad.any():
         return order, empty_rejects()
@@ -814,6 +816,8 @@ def build_sequences(
     prompts = (
         table[PROMPT_TOKENS].to_numpy()[order] if PROMPT_TOKENS in table.column_names else None
     )
+    spans = _learned_spans(table)
+    spans = None if spans is None else spans.take(pa.array(order))
     labels = table[LABEL].take(pa.array(order)) if LABEL in table.column_names else None
     ordered_ids = table[DOC_ID].take(pa.array(order))
     if spec.layout == "packed":
@@ -830,6 +834,7 @@ def build_sequences(
             truncate=spec.overflow == "truncate",
             prompt_tokens=prompts,
             doc_ids=ordered_ids,
+            learned_spans=spans,
         )
     doc_ids = ordered_ids.to_pylist()
     eos_id = task.eos_id if _sft_eos(table, spec) else None
@@ -851,6 +856,7 @@ def build_sequences(
         order = order[within]
         doc_ids = [doc_ids[i] for i in within]
         prompts = None if prompts is None else prompts[within]
+        spans = None if spans is None else spans.take(pa.array(within))
         labels = None if labels is None else labels.take(pa.array(within))
         extra[LENGTH_BUCKET] = pa.array(buckets, pa.int32())
         extra[BATCH] = pa.array(batches, pa.int32())
@@ -872,7 +878,15 @@ def build_sequences(
         prompt_tokens=prompts,
         extra_columns=extra,
         eos_id=eos_id,
+        learned_spans=spans,
     )
+
+
+def _learned_spans(table: pa.Table) -> pa.Array | None:
+    """The chat rows' :data:`~llm_assets.lib.schema.LEARNED_SPANS`, None for other rows."""
+    if LEARNED_SPANS not in table.column_names:
+        return None
+    return table[LEARNED_SPANS].combine_chunks()
 
 
 def run_gather(task: GatherTask) -> ShardStats:

@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, fields
 import numpy as np
 import pyarrow as pa
 
-from llm_assets.lib.schema import DOC_ID, INPUT_IDS, N_TOKENS
+from llm_assets.lib.schema import DOC_ID, INPUT_IDS, N_TOKENS, learned_span_arrays
 
 LAYOUTS = ("packed", "padded", "bucketed")
 OVERFLOWS = ("split", "truncate")
@@ -223,6 +223,7 @@ def pack_sequences(
     truncate: bool = False,
     prompt_tokens: Sequence[int] | np.ndarray | None = None,
     doc_ids: pa.Array | pa.ChunkedArray | Sequence[str] | None = None,
+    learned_spans: pa.Array | pa.ChunkedArray | None = None,
 ) -> tuple[pa.Table, PackStats]:
     """Concatenate documents in the given order, each followed by ``eos_id``, and cut the stream
     into blocks of exactly ``seq_len`` tokens (documents may span blocks).
@@ -236,7 +237,9 @@ def pack_sequences(
     With ``truncate`` every document is first cut to ``seq_len - 1`` tokens (``truncated_tokens``
     counts the cut). With ``prompt_tokens`` (SFT rows) a ``labels`` column is added: the input
     ids, with -100 on each document's leading prompt tokens and on padding, so the loss covers
-    responses and separators only. With ``doc_ids`` (one per document, in the given order) a
+    responses and separators only; ``learned_spans`` (one list per document,
+    :data:`~llm_assets.lib.schema.LEARNED_SPANS`) are learned even inside the prompt (a chat's
+    earlier answers). With ``doc_ids`` (one per document, in the given order) a
     :data:`DOC_IDS` column lists each block's documents.
 
     Token arrays must cast safely to ``token_type`` (e.g. uint16 or uint32 into uint32); the
@@ -312,6 +315,10 @@ def pack_sequences(
         prompt = np.minimum(np.asarray(prompt_tokens, dtype=np.int64), lengths)
         masked = _ranges(doc_starts, prompt)
         labels[masked[masked < size]] = IGNORE_INDEX
+        if learned_spans is not None:
+            learned = _span_positions(learned_spans, doc_starts, lengths)
+            learned = learned[learned < size]
+            labels[learned] = input_ids[learned]
         columns.append(_list_column(labels, seq_len, pa.int32()))
     if doc_ids is not None:
         columns.append(_block_documents(doc_ids, doc_starts, lengths + 1, n_seq, seq_len))
@@ -362,16 +369,18 @@ def pad_sequences(
     prompt_tokens: Sequence[int] | np.ndarray | None = None,
     extra_columns: dict[str, pa.Array] | None = None,
     eos_id: int | None = None,
+    learned_spans: pa.Array | pa.ChunkedArray | None = None,
 ) -> tuple[pa.Table, PackStats]:
     """One document per sequence: truncated to ``seq_len`` (``truncated_tokens`` counts the cut),
     padded with ``pad_id`` to ``seq_len`` or, when given, to each row's ``targets`` length (which
     must be at least the row's kept tokens and at most ``seq_len``). ``labels`` are the input ids
     with -100 on padding and on the first ``prompt_tokens`` of each row (SFT: the loss covers the
-    response only); ``n_tokens`` counts the real tokens kept. With ``eos_id`` every document is
-    followed by it before the cut, a real and learned token (SFT: the model learns where a
-    response ends; a response cut by ``seq_len`` loses it, as it did not end there); without,
-    no separator is added. ``extra_columns`` (e.g. ``label``, ``length_bucket``) are appended
-    as they are."""
+    response only) but for its ``learned_spans`` (a chat's earlier answers, as in
+    :func:`pack_sequences`); ``n_tokens`` counts the real tokens kept. With ``eos_id`` every
+    document is followed by it before the cut, a real and learned token (SFT: the model learns where
+    a response ends; a response cut by ``seq_len`` loses it, as it did not end there); without, no
+    separator is added. ``extra_columns`` (e.g. ``label``, ``length_bucket``) are appended as they
+    are."""
     _check_seq_len(seq_len)
     dtype = _token_dtype(
         token_type, pad_id=pad_id, **({} if eos_id is None else {"eos_id": eos_id})
@@ -420,6 +429,9 @@ def pad_sequences(
     if prompt_tokens is not None:
         prompt = np.minimum(np.asarray(prompt_tokens, dtype=np.int64), kept)
         labels[_ranges(row_starts[:-1], prompt)] = IGNORE_INDEX
+        if learned_spans is not None:
+            learned = _span_positions(learned_spans, row_starts[:-1], kept)
+            labels[learned] = input_ids[learned]
 
     offsets = row_starts.astype(np.int64)
     columns = [
@@ -463,6 +475,18 @@ def prompt_fills_sequence(
         raise ValueError(f"limit must be an int >= 1, got {limit!r}")
     kept = np.minimum(np.asarray(lengths, dtype=np.int64), limit)
     return np.asarray(prompt_tokens, dtype=np.int64) >= kept
+
+
+def masked_lead(
+    prompt_tokens: Sequence[int] | np.ndarray, learned_spans: pa.Array | pa.ChunkedArray | None
+) -> np.ndarray:
+    """Per document, how many leading ids the loss masks: its prompt, or less when one of its
+    ``learned_spans`` starts inside it (a chat's earlier answer)."""
+    lead = np.array(prompt_tokens, dtype=np.int64)
+    if learned_spans is not None:
+        rows, starts, _ = learned_span_arrays(learned_spans)
+        np.minimum.at(lead, rows, starts)
+    return lead
 
 
 def longest_in_batch(lengths: np.ndarray, seq_len: int, batch_size: int) -> np.ndarray:
@@ -603,6 +627,19 @@ def batch_schema_metadata(
 
 
 # --- helpers --------------------------------------------------------------------------------------
+def _span_positions(
+    learned_spans: pa.Array | pa.ChunkedArray, row_starts: np.ndarray, kept: np.ndarray
+) -> np.ndarray:
+    """Flat positions of every document's learned spans, each document's starting at
+    ``row_starts`` and cut to its first ``kept`` ids."""
+    rows, starts, ends = learned_span_arrays(learned_spans)
+    if len(rows) and rows[-1] >= len(row_starts):
+        raise ValueError(f"learned spans for {rows[-1] + 1} documents, not {len(row_starts)}")
+    ends = np.minimum(ends, kept[rows])
+    starts = np.minimum(starts, ends)
+    return _ranges(row_starts[rows] + starts, ends - starts)
+
+
 def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """Concatenated ``arange(start, start + count)`` for every pair, without a Python loop."""
     counts = np.asarray(counts, dtype=np.int64)

@@ -30,6 +30,14 @@ INPUT_IDS = "input_ids"
 N_TOKENS = "n_tokens"
 PROMPT_TOKENS = "prompt_tokens"
 """SFT rows: how many leading ``input_ids`` are the prompt (masked out of the loss)."""
+LEARNED_SPANS = "learned_spans"
+"""Chat SFT rows: the ``[start, end)`` ranges of ``input_ids`` the loss covers, in order: each
+answer learned with the template's end of its turn. One range, ``[prompt_tokens, n_tokens)``,
+unless ``raw_documents``' ``chat_answers: all`` made the row learn earlier answers too (those lie
+inside the prompt, whose other tokens stay masked). The batches add EOS after the last one."""
+LEARNED_SPANS_TYPE = pa.list_(
+    pa.struct([pa.field("start", pa.int32(), False), pa.field("end", pa.int32(), False)])
+)
 PROMPT = "prompt"
 """SFT rows: the prompt rendered from the record's fields, as tokenized (what the model is asked;
 with the text, what makes two SFT rows duplicates)."""
@@ -102,6 +110,19 @@ def string_array(texts: pa.Array | pa.ChunkedArray | Sequence[str]) -> pa.Array:
     if isinstance(texts, pa.Array):
         return texts
     return pa.array(list(texts), pa.string())
+
+
+def learned_span_arrays(
+    spans: pa.Array | pa.ChunkedArray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A :data:`LEARNED_SPANS` column as flat int64 arrays: each span's row (0-based, in the
+    column's order), start and end."""
+    if isinstance(spans, pa.ChunkedArray):
+        spans = spans.combine_chunks() if spans.num_chunks != 1 else spans.chunk(0)
+    offsets = spans.offsets.to_numpy().astype(np.int64)
+    rows = np.repeat(np.arange(len(spans), dtype=np.int64), np.diff(offsets))
+    start, end = spans.values.slice(offsets[0], offsets[-1] - offsets[0]).flatten()
+    return rows, start.to_numpy().astype(np.int64), end.to_numpy().astype(np.int64)
 
 
 def single_spaced(texts: pa.Array) -> np.ndarray:

@@ -556,6 +556,82 @@ def test_packed_sft_labels_mask_exactly_prompts_and_padding(docs, seq_len, trunc
         assert all(len(ids) < seq_len for ids, _ in docs) or stats.truncated_tokens > 0
 
 
+def _spans_in_prompt(draw: st.DrawFn) -> tuple[list[int], int, list[tuple[int, int]]]:
+    """A chat row: ids, its prompt's length, and disjoint learned spans inside the prompt (its
+    earlier answers) followed by the answer's own span, as tokenize_table writes them."""
+    n = draw(st.integers(0, 40))
+    ids = draw(st.lists(st.integers(1, 50_000), min_size=n, max_size=n))
+    prompt = draw(st.integers(0, n))
+    cuts = sorted(draw(st.lists(st.integers(0, prompt), max_size=6, unique=True)))
+    spans = [(a, b) for a, b in itertools.pairwise(cuts[: len(cuts) // 2 * 2]) if a < b][::2]
+    return ids, prompt, [*spans, *([(prompt, n)] if prompt < n else [])]
+
+
+_chat_rows = st.lists(st.composite(_spans_in_prompt)(), min_size=1, max_size=20)
+
+
+def _span_column(rows: list[tuple[list[int], int, list[tuple[int, int]]]]) -> pa.Array:
+    from llm_assets.lib.schema import LEARNED_SPANS_TYPE
+
+    return pa.array(
+        [[{"start": a, "end": b} for a, b in spans] for _, _, spans in rows], LEARNED_SPANS_TYPE
+    )
+
+
+def _learned(ids: list[int], spans: list[tuple[int, int]]) -> list[int]:
+    """Slow definition: each id inside a learned span, else -100."""
+    inside = {i for a, b in spans for i in range(a, b)}
+    return [t if i in inside else IGNORE_INDEX for i, t in enumerate(ids)]
+
+
+@settings(max_examples=150, deadline=None)
+@given(_chat_rows, st.integers(2, 48))
+def test_padded_chat_labels_learn_exactly_the_learned_spans_and_the_eos(rows, seq_len):
+    """``chat_answers: all``: the loss covers each earlier answer inside the prompt, the last
+    answer and the EOS the layout adds, cut with the row; the rest of the prompt is masked."""
+    table, _ = pad_sequences(
+        [np.array(ids, dtype=np.uint16) for ids, _, _ in rows],
+        [f"d{i}" for i in range(len(rows))],
+        seq_len,
+        0,
+        pa.uint16(),
+        prompt_tokens=[p for _, p, _ in rows],
+        eos_id=EOS,
+        learned_spans=_span_column(rows),
+    )
+    for row, (ids, _, spans) in enumerate(rows):
+        expected = [*_learned(ids, spans), EOS][:seq_len]
+        assert table["labels"][row].as_py() == expected + [-100] * (seq_len - len(expected))
+    lead = batching.masked_lead([p for _, p, _ in rows], _span_column(rows))
+    assert lead.tolist() == [min([p] + [a for a, _ in spans]) for _, p, spans in rows]
+    # A row is without a learned label exactly when its masked lead fills the cut.
+    full = prompt_fills_sequence([len(ids) + 1 for ids, _, _ in rows], lead, seq_len)
+    learned = [any(x != IGNORE_INDEX for x in r) for r in table["labels"].to_pylist()]
+    assert list(full) == [not x for x in learned]
+
+
+@settings(max_examples=150, deadline=None)
+@given(_chat_rows, st.integers(2, 48), st.booleans())
+def test_packed_chat_labels_learn_exactly_the_learned_spans(rows, seq_len, truncate):
+    table, _ = pack_sequences(
+        [np.array(ids, dtype=np.uint16) for ids, _, _ in rows],
+        seq_len,
+        EOS,
+        EOS,
+        False,
+        pa.uint16(),
+        truncate=truncate,
+        prompt_tokens=[p for _, p, _ in rows],
+        learned_spans=_span_column(rows),
+    )
+    expected = []
+    for ids, _, spans in rows:
+        ids = ids[: seq_len - 1] if truncate else ids
+        expected += [*_learned(ids, spans), EOS]
+    flat_labels = [t for row in table["labels"].to_pylist() for t in row]
+    assert flat_labels == expected + [-100] * (len(flat_labels) - len(expected))
+
+
 def test_pad_to_longest_in_batch_pads_each_group_to_its_longest():
     lengths = np.array([3, 9, 2, 5, 40, 1, 7])
     targets = batching.longest_in_batch(lengths, seq_len=16, batch_size=3)
