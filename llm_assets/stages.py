@@ -1052,7 +1052,9 @@ def run_tokenized_documents(ctx: StageContext, spec: TokenizerSpec) -> StageRepo
         # a tokenizer folder's own is read from a file its fingerprint does not cover.
         config["chat_template_sha256"] = hashlib.sha256(template.encode()).hexdigest()
         # 2: the learned tokens end with the template's end of a turn (1: the answer alone).
-        config["chat_completion"] = 2
+        # 3: learned_spans (earlier answers of chat_answers: all), and the prompt rendered from
+        # the messages as they are (control tokens marked only to check they are not written).
+        config["chat_completion"] = 3
     config.pop("threads", None)
     report = _run_map_stage(
         ctx,

@@ -75,3 +75,14 @@ def pipeline_run_config(input_dir: Path, rows_per_shard: int = 1000, **ops: dict
     for op, op_config in ops.items():
         config["ops"].setdefault(op, {"config": {}})["config"].update(op_config)
     return config
+
+
+def gpt2_folder(folder: Path, added: list[str], *, special: bool) -> Path:
+    """GPT-2 saved as a tokenizer folder with ``added`` tokens (special or not), offline: a
+    tokenizer folder with chat markup of its own, as models ship them."""
+    from llm_assets.lib.tokenization import gpt2_hf_tokenizer
+
+    tok = gpt2_hf_tokenizer()
+    tok.add_tokens(added, special_tokens=special)
+    tok.save_pretrained(folder)
+    return folder

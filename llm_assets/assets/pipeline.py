@@ -61,12 +61,13 @@ class RawDocumentsConfig(dg.Config):
             "by tokenized_documents' chat_template"
         ),
     )
-    chat_answers: Literal["last", "every"] = Field(
+    chat_answers: Literal["last", "every", "all"] = Field(
         "last",
         description=(
             "With chat_field: 'last' learns each conversation's last message (one row per "
             "conversation); 'every' gives one row per assistant message, each with the whole "
-            "conversation before it as its prompt, so every answer is learned"
+            "conversation before it as its prompt; 'all' gives one row per conversation that "
+            "learns every assistant message where it stands (the loss masks the other turns)"
         ),
     )
 

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 
 from llm_assets.compute.resource import ComputeResource
 from llm_assets.constants import ROWS_REJECTED_CHECK, TRAINING_BATCHES
-from llm_assets.lib.schema import DOC_ID, INPUT_IDS, PROMPT_TOKENS
+from llm_assets.lib.schema import DOC_ID, INPUT_IDS, LEARNED_SPANS, PROMPT_TOKENS
 from llm_assets.lib.tokenization import Tokenizer
 from llm_assets.stages import StageReport
 from llm_assets.warehouse.catalog import Catalog
@@ -82,34 +82,48 @@ learned text (its start and end)."""
 
 
 def sft_example_markdown(report: StageReport, tok: Tokenizer) -> str:
-    """The first SFT row of the output as a model trains on it: its prompt (masked out of the
-    loss) and the tokens it learns, decoded with special tokens written out, so a person sees
-    what the template made of a conversation (the turn's end learned, a header not) without
-    reading ids. Empty when the rows have no prompt."""
+    """An SFT row of the output as a model trains on it: its prompt (masked out of the loss) and
+    the tokens it learns, decoded with special tokens written out, so a person sees what the
+    template made of a conversation (the turn's end learned, a header not) without reading ids.
+    The first row, or the first of the first row group learning more than one answer
+    (``chat_answers: all``: masked and learned parts alternate). Empty when the rows have no
+    prompt."""
     for shard in report.shards:
         if not shard.rows_out:
             continue
         footer = pq.ParquetFile(shard.path)
-        if PROMPT_TOKENS not in footer.schema_arrow.names:
+        names = footer.schema_arrow.names
+        if PROMPT_TOKENS not in names:
             return ""
         columns = [DOC_ID, INPUT_IDS, PROMPT_TOKENS]
-        row = footer.read_row_group(0, columns=columns).slice(0, 1).to_pylist()[0]
+        columns += [LEARNED_SPANS] if LEARNED_SPANS in names else []
+        rows = footer.read_row_group(0, columns=columns).to_pylist()
+        row = next((r for r in rows if len(r.get(LEARNED_SPANS) or ()) > 1), rows[0])
         ids, cut = row[INPUT_IDS], row[PROMPT_TOKENS]
-        prompt, learned = tok.decode(ids[:cut]), tok.decode(ids[cut:])
-        if len(prompt) > _EXAMPLE_CHARS:
-            prompt = "…" + prompt[-_EXAMPLE_CHARS:]
-        if len(learned) > _EXAMPLE_CHARS:
-            half = _EXAMPLE_CHARS // 2
-            learned = f"{learned[:half]}\n…\n{learned[-half:]}"
+        spans = [(s["start"], s["end"]) for s in row.get(LEARNED_SPANS) or ()]
+        spans = spans or ([(cut, len(ids))] if cut < len(ids) else [])
+        parts, at = [], 0
+        for start, end in [*spans, (len(ids), len(ids))]:
+            if start > at:
+                text = tok.decode(ids[at:start])
+                if len(text) > _EXAMPLE_CHARS:
+                    text = "…" + text[-_EXAMPLE_CHARS:]
+                parts += ["**Prompt**" if at == 0 else "**Masked**", _fenced(text)]
+            if end > start:
+                text = tok.decode(ids[start:end])
+                if len(text) > _EXAMPLE_CHARS:
+                    half = _EXAMPLE_CHARS // 2
+                    text = f"{text[:half]}\n…\n{text[-half:]}"
+                parts += ["**Learned**", _fenced(text)]
+            at = end
+        learned = sum(end - start for start, end in spans)
+        answers = f" in {len(spans)} parts" if len(spans) > 1 else ""
         return "\n".join(
             [
-                f"Row `{row[DOC_ID]}`: {cut} prompt token(s), masked out of the loss, then "
-                f"{len(ids) - cut} learned token(s) (the batches add EOS after them).",
+                f"Row `{row[DOC_ID]}`: {len(ids) - learned} token(s) masked out of the loss and "
+                f"{learned} learned token(s){answers} (the batches add EOS after them).",
                 "",
-                "**Prompt**",
-                _fenced(prompt),
-                "**Learned**",
-                _fenced(learned),
+                *parts,
             ]
         )
     return ""

@@ -99,6 +99,11 @@ last message not the assistant's). An absent or null field is ``missing_text``."
 
 EVERY_ANSWER = "every"
 """``chat_answers`` value: one row per assistant answer of a conversation."""
+ALL_ANSWERS = "all"
+"""``chat_answers`` value: one row per conversation that learns every answer where it stands
+(each earlier learned answer marked ``"weight": 1`` in the row's ``messages``)."""
+CHAT_ANSWERS = (EVERY_ANSWER, ALL_ANSWERS)
+"""The ``chat_answers`` values besides the default (None: the last message)."""
 
 REJECT_REASONS: tuple[str, ...] = (
     EMPTY_FILE,
@@ -182,7 +187,8 @@ class IngestSpec:
     chat_answers: str | None = None
     """Which answers of a conversation are learned: None (``last``), the last message, one row
     per conversation; ``every``: one row per assistant message, each with the conversation
-    before it (:func:`chat_answers`)."""
+    before it (:func:`chat_answers`); ``all``: one row per conversation, up to its last answer,
+    learning every answer in place (:func:`_chat_documents`)."""
 
     @property
     def field(self) -> str:
@@ -196,9 +202,10 @@ class IngestSpec:
             raise ValueError(f"batch_bytes must be at least 1, got {self.batch_bytes}")
         if self.chat_field is not None and not self.chat_field:
             raise ValueError("chat_field must name a field, got an empty string")
-        if self.chat_answers not in (None, EVERY_ANSWER):
+        if self.chat_answers is not None and self.chat_answers not in CHAT_ANSWERS:
             raise ValueError(
-                f"chat_answers must be 'last' or {EVERY_ANSWER!r}, got {self.chat_answers!r}"
+                f"chat_answers must be 'last', {EVERY_ANSWER!r} or {ALL_ANSWERS!r}, got "
+                f"{self.chat_answers!r}"
             )
         if self.chat_answers is not None and self.chat_field is None:
             raise ValueError(
@@ -615,29 +622,43 @@ def _kind(value: Any) -> str:
 
 
 def _chat_documents(
-    value: Any, others: dict[str, Any], chat_field: str, every: bool
+    value: Any, others: dict[str, Any], chat_field: str, answers: str | None
 ) -> list[tuple[str, bytes, int | None]]:
-    """A chat record's rows: (text, metadata, part) per answer learned (:func:`chat_turns`'s
-    last one, or with ``every`` :func:`chat_answers`'), the metadata its other fields
-    (``others``) plus the conversation before the answer under
-    :data:`~llm_assets.lib.schema.CHAT_MESSAGES`. ``part`` is None for the conversation's last
-    message (the id a record always had), else the answer's message number (its own id).
-    :class:`ChatError` if the value holds no conversation or another field already has that
-    name; ``orjson`` errors pass through."""
-    if every:
-        value, _ = _conversation(value)
-        answers = chat_answers(value)
-    else:
+    """A chat record's rows: (text, metadata, part) per row, the metadata its other fields
+    (``others``) plus the conversation before the row's answer under
+    :data:`~llm_assets.lib.schema.CHAT_MESSAGES`. ``answers`` is the ``chat_answers`` mode:
+    None, the last message (:func:`chat_turns`); ``every``, a row per answer
+    (:func:`chat_answers`); ``all``, one row whose answer is the conversation's last one to
+    learn and whose earlier assistant messages carry ``"weight"``: 1 when they are answers to
+    learn too (:func:`chat_answers`), else 0 (context, as OpenAI's fine-tuning format marks
+    them). ``part`` is None for the conversation's last message and for ``all``'s row (the id a
+    record always had), else the answer's message number (its own id). :class:`ChatError` if the
+    value holds no conversation or another field already has that name; ``orjson`` errors pass
+    through."""
+    if answers is None:
         text, history = chat_turns(value)
-        answers = [(0, text, history)]
+        learned = [(0, text, history)]
+    else:
+        value, _ = _conversation(value)
+        learned = chat_answers(value)
     if chat_field != CHAT_MESSAGES and CHAT_MESSAGES in others:
         raise ChatError(
             f"the record has a field {CHAT_MESSAGES!r} beside the chat field {chat_field!r}: "
             f"the conversation is stored as {CHAT_MESSAGES!r}, which would hide it"
         )
-    last = len(value) if every else 0
+    if answers == ALL_ANSWERS:
+        numbers = {number for number, _, _ in learned}
+        _, text, history = learned[-1]
+        others[CHAT_MESSAGES] = [
+            {**message, "weight": int(number in numbers)}
+            if message["role"] == _ASSISTANT
+            else message
+            for number, message in enumerate(history, 1)
+        ]
+        return [(text, orjson.dumps(others), None)]
+    last = len(value) if answers == EVERY_ANSWER else 0
     rows = []
-    for number, text, history in answers:
+    for number, text, history in learned:
         others[CHAT_MESSAGES] = history
         rows.append((text, orjson.dumps(others), None if number == last else number))
     return rows
@@ -654,7 +675,7 @@ def _keep_chat(
     """Keep a chat record's rows, or reject it (``invalid_chat``; ``malformed_record`` for other
     fields that cannot be stored as metadata)."""
     try:
-        rows = _chat_documents(value, others, spec.chat_field or "", spec.chat_answers is not None)
+        rows = _chat_documents(value, others, spec.chat_field or "", spec.chat_answers)
     except ChatError as error:
         batch.reject(line, INVALID_CHAT, str(error), sample())
     except orjson.JSONEncodeError as error:
@@ -1526,7 +1547,7 @@ def _parquet_result(
             problems[row] = problem
     chats = {}
     if chat_field is not None and text is not None:
-        chats = _parquet_chats(text, others, problems, chat_field, spec.chat_answers is not None)
+        chats = _parquet_chats(text, others, problems, chat_field, spec.chat_answers)
     kept = [i for i, problem in enumerate(problems) if problem is None]
     rejected = [i for i, problem in enumerate(problems) if problem is not None]
     kept_index = pa.array(kept, pa.int64())
@@ -1560,7 +1581,7 @@ def _parquet_chats(
     others: pa.RecordBatch,
     problems: list[tuple[str, str] | None],
     chat_field: str,
-    every: bool,
+    answers: str | None,
 ) -> dict[int, list[tuple[str, bytes, int | None]]]:
     """Row -> its rows (text, metadata, part: :func:`_chat_documents`) for each row still without
     a problem whose chat column holds a conversation; the others get their ``invalid_chat``
@@ -1578,7 +1599,7 @@ def _parquet_chats(
     ):
         try:
             others_of_row = orjson.loads(fields) if fields else {}
-            chats[row] = _chat_documents(value, others_of_row, chat_field, every)
+            chats[row] = _chat_documents(value, others_of_row, chat_field, answers)
         except ChatError as error:
             problems[row] = (INVALID_CHAT, str(error))
     return chats

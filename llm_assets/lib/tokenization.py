@@ -61,6 +61,8 @@ from llm_assets.lib.schema import (
     CHAT_MESSAGES,
     CHAT_ROLE_NAMES,
     INPUT_IDS,
+    LEARNED_SPANS,
+    LEARNED_SPANS_TYPE,
     METADATA,
     N_TOKENS,
     PROMPT,
@@ -198,6 +200,9 @@ class Tokenizer:
     ``special_tokens_map``: ``bos_token``, ``eos_token``... and their strings."""
     decoder: Callable[[list[int]], str] | None = None
     """Ids back to text, special tokens written out (:meth:`decode`)."""
+    offsets_encoder: Callable[[list[str]], list[tuple[list[int], list[int]]]] | None = None
+    """:attr:`markup_encoder` that also gives where each token starts in its text
+    (:meth:`encode_markup_offsets`)."""
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         """Token ids of every text, in order, without truncation or special tokens."""
@@ -208,6 +213,14 @@ class Tokenizer:
         transformers' ``apply_chat_template`` tokenizes a rendered chat: for chat prompts only,
         whose markup is the template's (documents' text goes through :meth:`encode_batch`)."""
         return (self.markup_encoder or self.encoder)(texts)
+
+    def encode_markup_offsets(self, texts: list[str]) -> list[tuple[list[int], list[int]]]:
+        """:meth:`encode_markup_batch`'s ids of every text with the index of the character each
+        token starts at (a token that starts inside a character: that character's), to find
+        the tokens of a part of the text (a chat prompt's earlier answers)."""
+        if self.offsets_encoder is None:
+            raise TokenizerError(f"tokenizer {self.name} cannot say where its tokens start")
+        return self.offsets_encoder(texts)
 
     def encode_arrow(self, texts: pa.Array | pa.ChunkedArray) -> tuple[pa.Array, pa.Array]:
         """Token ids of a string column as an Arrow list column (the vocabulary's dtype) and
@@ -435,6 +448,9 @@ def _gpt2_tiktoken(threads: int) -> Tokenizer:
             return encoding.encode_batch(texts, num_threads=threads, allowed_special="all")
         return [encoding.encode(text, allowed_special="all") for text in texts]
 
+    def encode_offsets(texts: list[str]) -> list[tuple[list[int], list[int]]]:
+        return [(ids, encoding.decode_with_offsets(ids)[1]) for ids in encode_markup(texts)]
+
     return Tokenizer(
         name=GPT2,
         engine="tiktoken",
@@ -446,6 +462,7 @@ def _gpt2_tiktoken(threads: int) -> Tokenizer:
         decoder=lambda ids: encoding.decode(ids, errors="replace"),
         words_exact=True,
         markup_encoder=encode_markup,
+        offsets_encoder=encode_offsets,
         special_tokens=(GPT2_EOS,),
         text_special_tokens=(GPT2_EOS,),
         # What GPT2TokenizerFast's special_tokens_map says (the hf engine's), so both engines
@@ -503,6 +520,35 @@ def _hf_encoder(tok: object, *, split_special_tokens: bool = True) -> _Encoder:
     return encode
 
 
+def _hf_offsets_encoder(tok: object) -> Callable[[list[str]], list[tuple[list[int], list[int]]]]:
+    """transformers' markup encoding (special tokens recognized) with each token's start."""
+
+    def encode(texts: list[str]) -> list[tuple[list[int], list[int]]]:
+        if not texts:
+            return []
+        try:
+            out = tok(  # type: ignore[operator]
+                texts,
+                add_special_tokens=False,
+                split_special_tokens=False,
+                return_offsets_mapping=True,
+                return_attention_mask=False,
+                verbose=False,
+            )
+        except NotImplementedError as err:
+            raise TokenizerError(
+                f"{type(tok).__name__} cannot say where its tokens start ({err}), which "
+                "chat_answers: all needs to find each answer's tokens: give a fast tokenizer "
+                "(a folder with tokenizer.json)"
+            ) from err
+        return [
+            (ids, [start for start, _ in offsets])
+            for ids, offsets in zip(out["input_ids"], out["offset_mapping"], strict=True)
+        ]
+
+    return encode
+
+
 def _hf_chat_fields(tok: object) -> dict:
     """A transformers tokenizer's :class:`Tokenizer` fields for chat prompts: the encoder that
     recognizes special tokens, the control tokens a message may not hold, and its
@@ -525,6 +571,7 @@ def _hf_chat_fields(tok: object) -> dict:
             clean_up_tokenization_spaces=False,
         ),
         "markup_encoder": _hf_encoder(tok, split_special_tokens=False),
+        "offsets_encoder": _hf_offsets_encoder(tok),
         "special_tokens": tuple(sorted(t for t in control if t)),
         "text_special_tokens": tuple(sorted(t for t in special if t)),
         "template_vars": tuple(sorted(tok.special_tokens_map.items())),  # type: ignore[attr-defined]
@@ -797,8 +844,10 @@ def _special_pattern(tokens: tuple[str, ...]) -> re.Pattern[str] | None:
     return re.compile("|".join(map(re.escape, sorted(tokens, key=len, reverse=True))))
 
 
-def _chat_history(raw: str | None) -> list[dict[str, str]] | str:
-    """A row's conversation from its metadata, or what is wrong with it (a reject's value)."""
+def _chat_history(raw: str | None) -> tuple[list[dict[str, str]], list[int]] | str:
+    """A row's conversation from its metadata and the indices of its earlier answers to learn
+    (assistant messages of ``"weight": 1``, as ``chat_answers: all`` writes them; a message
+    without a weight is context), or what is wrong with it (a reject's value)."""
     try:
         record = json.loads(raw) if raw else None
     except ValueError:
@@ -811,6 +860,7 @@ def _chat_history(raw: str | None) -> list[dict[str, str]] | str:
     if not isinstance(messages, list):
         return f"{CHAT_MESSAGES} (not a list)"
     history = []
+    learned = []
     for number, message in enumerate(messages, 1):
         if not (
             isinstance(message, Mapping)
@@ -821,9 +871,20 @@ def _chat_history(raw: str | None) -> list[dict[str, str]] | str:
         if message["role"] not in CHAT_ROLE_NAMES:
             role = message["role"][:40]
             return f"{CHAT_MESSAGES} (message {number}'s role {role!r} is not a chat role)"
+        weight = message.get("weight")
+        if weight is not None and (isinstance(weight, bool) or weight not in (0, 1)):
+            return f"{CHAT_MESSAGES} (message {number}'s weight {weight!r} is not 0 or 1)"
+        if weight == 1:
+            if message["role"] != "assistant":
+                role = message["role"]
+                return (
+                    f"{CHAT_MESSAGES} (message {number} ({role}) has weight 1: only assistant "
+                    "messages are learned)"
+                )
+            learned.append(number - 1)
         # Only these two keys: they are what the special-token check reads.
         history.append({"role": message["role"], "content": message["content"]})
-    return history
+    return history, learned
 
 
 @dataclass(frozen=True)
@@ -842,6 +903,9 @@ class ChatRendering:
     rejects: list[tuple[str, str] | None]
     """(reason, value) of each refused row: :data:`MISSING_PROMPT_FIELD`,
     :data:`SPECIAL_TOKEN_IN_CHAT` or :data:`CHAT_TEMPLATE_ERROR`."""
+    regions: list[list[tuple[int, int]]]
+    """Per row, the ``[start, end)`` character ranges of its prompt that are earlier answers to
+    learn (``chat_answers: all``: :func:`_answer_regions`), in order; empty for other rows."""
 
 
 def render_chat(
@@ -854,8 +918,10 @@ def render_chat(
     renders too (the generation prompt). The completion is what the same template writes after
     that prompt for the conversation followed by the row's answer (its text, from ``answers``)
     as the assistant's message, as TRL's ``SFTTrainer`` takes it: the answer with the template's
-    end of a turn, so a model learns to close its turn as the template does. A row that cannot be
-    rendered is refused (:attr:`ChatRendering.rejects`)."""
+    end of a turn, so a model learns to close its turn as the template does. The earlier answers
+    a row learns too (``"weight": 1`` in its conversation) are found in its prompt
+    (:attr:`ChatRendering.regions`). A row that cannot be rendered is refused
+    (:attr:`ChatRendering.rejects`)."""
     compiled = compiled_chat_template(template)
     variables = dict(tok.template_vars)
     special = _special_pattern(tok.special_tokens)
@@ -863,14 +929,17 @@ def render_chat(
     prompts: list[str | None] = []
     completions: list[str | None] = []
     rejects: list[tuple[str, str] | None] = []
+    all_regions: list[list[tuple[int, int]]] = []
     for raw, answer in zip(metadata, answers, strict=True):
-        history = _chat_history(raw)
+        read = _chat_history(raw)
         prompt: str | None = None
         completion: str | None = None
         reject: tuple[str, str] | None = None
-        if isinstance(history, str):
-            reject = (MISSING_PROMPT_FIELD, history)
+        regions: list[tuple[int, int]] = []
+        if isinstance(read, str):
+            reject = (MISSING_PROMPT_FIELD, read)
         else:
+            history, learned = read
             held = _control_tokens_in(history, special) if special is not None else None
             marks_held = any(mark in m["content"] for m in history for mark in _MARKS)
             if held is not None and marks_held:
@@ -878,29 +947,38 @@ def render_chat(
                 # the template's own; refuse it as if the template wrote them.
                 reject = _held_reject(history, held)
             else:
-                messages = history if held is None else _marked(history, special)
                 # What apply_chat_template passes: the tokenizer's special_tokens_map, then its
                 # own arguments (no tools nor documents here).
                 context = {**variables, "tools": None, "documents": None}
                 try:
-                    prompt = compiled.render(context, messages=messages, add_generation_prompt=True)
+                    prompt = compiled.render(context, messages=history, add_generation_prompt=True)
+                    if held is not None:
+                        # Rendered again with the tokens marked: is any written into the prompt?
+                        # (The template may drop them: Qwen3 drops earlier turns' reasoning.)
+                        shown = compiled.render(
+                            context, messages=_marked(history, special), add_generation_prompt=True
+                        )
+                        if written := _MARKED.search(shown):
+                            prompt, reject = None, _held_reject(history, written.group(1))
                 except Exception as err:  # the template is code from elsewhere: the row's error
-                    reject = (CHAT_TEMPLATE_ERROR, _error_message(err))
-                if prompt is not None and held is not None:
-                    written = _MARKED.search(prompt)
-                    if written is not None:
-                        prompt, reject = None, _held_reject(history, written.group(1))
+                    prompt, reject = None, (CHAT_TEMPLATE_ERROR, _error_message(err))
                 if prompt is not None and not marks_held:
                     completion = _completion(
-                        compiled, context, messages, prompt, answer, text_special
+                        compiled, context, history, prompt, answer, text_special
                     )
-                if prompt is not None and held is not None:
-                    # the template dropped them (Qwen3 drops earlier turns' reasoning)
-                    prompt = prompt.replace(_MARK_START, "").replace(_MARK_END, "")
+                if prompt is not None and learned:
+                    found = _answer_regions(
+                        compiled, context, history, prompt, learned, text_special
+                    )
+                    if isinstance(found, str):
+                        prompt, reject = None, (CHAT_TEMPLATE_ERROR, found[:SAMPLE_CHARS])
+                    else:
+                        regions = found
         prompts.append(prompt)
         completions.append(completion)
         rejects.append(reject)
-    return ChatRendering(prompts, completions, rejects)
+        all_regions.append(regions)
+    return ChatRendering(prompts, completions, rejects, all_regions)
 
 
 def _completion(
@@ -911,17 +989,17 @@ def _completion(
     answer: str,
     text_special: re.Pattern[str] | None,
 ) -> str | None:
-    """What ``compiled`` writes after ``prompt`` (rendered from ``messages``, marked as they
-    were for it) once the answer is the last message; trailing whitespace (the line break after
-    ChatML's ``<|im_end|>``) goes, as it is the next turn's separator, not something a model
-    writes, and so does a generation prompt the template writes after every conversation,
-    ignoring ``add_generation_prompt``. Whitespace a template writes after every conversation
-    (laid out on indented lines) ends the prompt, so the answer follows it without the header's
-    own. None (the answer is learned alone) when that rendering fails or does not start with the
-    prompt (a template that writes the assistant's header differently for a generation prompt),
-    or when it holds a special token of the answer (``text_special``): the markup encoding would
-    make it the token's id, and encoding the answer apart from the template's text would change
-    its ids (SentencePiece starts every text it encodes with a space)."""
+    """What ``compiled`` writes after ``prompt`` (rendered from ``messages``) once the answer is the
+    last message; trailing whitespace (the line break after ChatML's ``<|im_end|>``) goes, as it is
+    the next turn's separator, not something a model writes, and so does a generation prompt the
+    template writes after every conversation, ignoring ``add_generation_prompt``. Whitespace a
+    template writes after every conversation (laid out on indented lines) ends the prompt, so the
+    answer follows it without the header's own. None (the answer is learned alone) when that
+    rendering fails or does not start with the prompt (a template that writes the assistant's header
+    differently for a generation prompt), or when it holds a special token of the answer
+    (``text_special``): the markup encoding would make it the token's id, and encoding the answer
+    apart from the template's text would change its ids (SentencePiece starts every text it encodes
+    with a space)."""
     if any(mark in answer for mark in _MARKS):
         return None
     content = answer
@@ -960,6 +1038,115 @@ def _completion(
             return completion[: len(completion) - len(header)].rstrip()
         return completion[: start + len(shown)]  # the header is not known: the answer alone
     return completion
+
+
+def _answer_regions(
+    compiled: jinja2.Template,
+    context: dict,
+    messages: list[dict[str, str]],
+    prompt: str,
+    learned: list[int],
+    text_special: re.Pattern[str] | None,
+) -> list[tuple[int, int]] | str:
+    """Where ``prompt`` (rendered from ``messages`` with a generation prompt) writes each earlier
+    answer to learn (indices ``learned``), with what the template writes to end its turn
+    (ChatML's ``<|im_end|>``): the character ranges a ``chat_answers: all`` row learns besides
+    its last answer, in order; or why they cannot be found (the row's ``chat_template_error``).
+
+    An answer is found as it is learned when it is the last one (:func:`_completion`): the
+    template's rendering of the conversation before it starts the prompt, and its completion
+    follows. A template that writes it otherwise inside a conversation (Qwen3 drops an earlier
+    answer's reasoning and writes no empty think block) renders the conversation again with a
+    mark for the answer (:func:`_marked_answer`)."""
+    regions: list[tuple[int, int]] = []
+    for index in learned:
+        before = messages[:index]
+        try:
+            head = compiled.render(context, messages=before, add_generation_prompt=True)
+        except Exception as err:  # the whole conversation rendered, not its start
+            return f"the conversation up to message {index + 1}: {_error_message(err)}"
+        completion = None
+        if prompt.startswith(head):
+            completion = _completion(
+                compiled, context, before, head, messages[index]["content"], text_special
+            )
+        if completion and prompt.startswith(completion, len(head)):
+            region: tuple[int, int] | None = (len(head), len(head) + len(completion))
+        else:
+            region = _marked_answer(compiled, context, messages, index, prompt, head)
+        if region is None or (regions and region[0] < regions[-1][1]):
+            return (
+                f"message {index + 1} (assistant), an answer to learn, cannot be found where the "
+                "template writes the conversation (it changes the answer's text, or writes it "
+                "more than once): chat_answers: every learns each answer in its own row"
+            )
+        regions.append(region)
+    return regions
+
+
+_ANSWER_MARK = "\ue002"
+"""A private-use character rendered in an answer's place to find where a template writes it."""
+
+
+def _marked_answer(
+    compiled: jinja2.Template,
+    context: dict,
+    messages: list[dict[str, str]],
+    index: int,
+    prompt: str,
+    head: str,
+) -> tuple[int, int] | None:
+    """Where ``prompt`` writes answer ``index`` when the template writes it otherwise than as a
+    last answer: the conversation is rendered with :data:`_ANSWER_MARK` as that answer, and the
+    answer is what the prompt holds where the two renderings differ, which must be the mark
+    alone. What the template writes around the mark as a last answer (its completion) extends
+    the range when the prompt writes it there too: the turn's end after it, a lead-in (a think
+    block) before it. None when the answer cannot be found so."""
+    if any(_ANSWER_MARK in message["content"] for message in messages):
+        return None
+    marked = [*messages[:index], {"role": "assistant", "content": _ANSWER_MARK}]
+    try:
+        shown = compiled.render(
+            context, messages=marked + messages[index + 1 :], add_generation_prompt=True
+        )
+    except Exception:  # the template reads the answer: it cannot be marked
+        return None
+    start = _shared_start(prompt, shown)
+    same_end = _shared_start(prompt[start:][::-1], shown[start:][::-1])
+    end = len(prompt) - same_end
+    if shown[start : len(shown) - same_end] != _ANSWER_MARK or start >= end:
+        return None
+    around = None
+    if prompt.startswith(head):
+        around = _completion(compiled, context, messages[:index], head, _ANSWER_MARK, None)
+    if around is None:
+        # A template that writes its generation prompt otherwise (DeepSeek-R1's opens a think
+        # block there): the turn's end is what follows the answer when it ends the conversation.
+        try:
+            last = compiled.render(context, messages=marked, add_generation_prompt=False)
+        except Exception:
+            last = ""
+        if last.count(_ANSWER_MARK) == 1:
+            trail = last.split(_ANSWER_MARK)[1].rstrip()
+            header = _empty_rendering(compiled, context)
+            if header and trail.endswith(header):  # written after every conversation
+                trail = trail[: len(trail) - len(header)].rstrip()
+            around = _ANSWER_MARK + trail
+    if around is not None and around.count(_ANSWER_MARK) == 1:
+        lead, trail = around.split(_ANSWER_MARK)
+        if lead and prompt.endswith(lead, len(head), start):
+            start -= len(lead)
+        # The longest part of the trail up to a whitespace that the prompt writes there too:
+        # Phi-3.5 ends a last answer with "<|end|>\n<|endoftext|>", an earlier one with "<|end|>".
+        cuts = [found.start() for found in re.finditer(r"\s+", trail)] + [len(trail)]
+        end += next((cut for cut in reversed(cuts) if prompt.startswith(trail[:cut], end)), 0)
+    return start, end
+
+
+def _shared_start(a: str, b: str) -> int:
+    """How many leading characters ``a`` and ``b`` have in common."""
+    shorter = min(len(a), len(b))
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), shorter)
 
 
 def _empty_rendering(compiled: jinja2.Template, context: dict) -> str | None:
@@ -1186,18 +1373,20 @@ def tokenize_table(table: pa.Table, spec: TokenizerSpec) -> StageResult:
     tok = spec.build()
     rejects = empty_rejects()
     prompt_ids = None
+    chat = chat_template_text(spec)
     if spec.prompt_template is not None or spec.chat_template is not None:
         metadata = table[METADATA].to_pylist() if METADATA in table.column_names else []
         metadata = metadata or [None] * table.num_rows
         answers = table.column(TEXT).to_pylist()
-        chat = chat_template_text(spec)
         completions: list[str | None] = []
+        regions: list[list[tuple[int, int]]] = []
         if chat is not None:
             rendering = render_chat(metadata, answers, chat, tok)
-            prompts, completions, reasons = (
+            prompts, completions, reasons, regions = (
                 rendering.prompts,
                 rendering.completions,
                 rendering.rejects,
+                rendering.regions,
             )
         else:
             prompts, missing = render_prompts(metadata, spec.prompt_template or "")
@@ -1216,8 +1405,9 @@ def tokenize_table(table: pa.Table, spec: TokenizerSpec) -> StageResult:
             prompts = list(itertools.compress(prompts, kept))
             completions = list(itertools.compress(completions, kept))
             answers = list(itertools.compress(answers, kept))
+            regions = list(itertools.compress(regions, kept))
         if chat is not None:
-            prompt_ids = tok.encode_markup_batch(prompts)
+            prompt_ids, spans = _prompt_ids_and_spans(tok, prompts, regions)
             responses = chat_answer_ids(tok, prompts, prompt_ids, completions, answers)
         else:
             prompt_ids = tok.encode_batch(prompts)
@@ -1235,4 +1425,61 @@ def tokenize_table(table: pa.Table, spec: TokenizerSpec) -> StageResult:
         table = table.append_column(
             pa.field(PROMPT, pa.string(), nullable=False), pa.array(prompts, pa.string())
         )
+    if chat is not None:
+        for row, response in enumerate(responses):
+            if response:
+                spans[row].append((len(prompt_ids[row]), len(prompt_ids[row]) + len(response)))
+        table = table.append_column(
+            pa.field(LEARNED_SPANS, LEARNED_SPANS_TYPE, nullable=False), _spans_array(spans)
+        )
     return StageResult(table, rejects)
+
+
+def _prompt_ids_and_spans(
+    tok: Tokenizer, prompts: list[str], regions: list[list[tuple[int, int]]]
+) -> tuple[list[list[int]], list[list[tuple[int, int]]]]:
+    """Each chat prompt's ids (:meth:`Tokenizer.encode_markup_batch`) and the token ranges of
+    its character ``regions`` (earlier answers to learn): the tokens holding any of a region's
+    characters, found by where each token starts (:meth:`Tokenizer.encode_markup_offsets`, for
+    the rows with regions only), as TRL maps an assistant mask's characters to tokens."""
+    with_regions = [row for row, found in enumerate(regions) if found]
+    located = dict(
+        zip(
+            with_regions,
+            tok.encode_markup_offsets([prompts[row] for row in with_regions]),
+            strict=True,
+        )
+    )
+    others = [row for row in range(len(prompts)) if row not in located]
+    plain = dict(zip(others, tok.encode_markup_batch([prompts[r] for r in others]), strict=True))
+    prompt_ids: list[list[int]] = []
+    spans: list[list[tuple[int, int]]] = []
+    for row, prompt in enumerate(prompts):
+        if row not in located:
+            prompt_ids.append(plain[row])
+            spans.append([])
+            continue
+        ids, token_starts = located[row]
+        starts = np.maximum.accumulate(np.asarray(token_starts, dtype=np.int64))
+        ends = np.append(starts[1:], len(prompt))
+        row_spans: list[tuple[int, int]] = []
+        for start, end in regions[row]:
+            first = int(np.searchsorted(ends, start, side="right"))
+            stop = int(np.searchsorted(starts, end, side="left"))
+            first = max(first, row_spans[-1][1]) if row_spans else first
+            if first < stop:
+                row_spans.append((first, stop))
+        prompt_ids.append(ids)
+        spans.append(row_spans)
+    return prompt_ids, spans
+
+
+def _spans_array(spans: list[list[tuple[int, int]]]) -> pa.Array:
+    """Rows of ``(start, end)`` pairs as a :data:`LEARNED_SPANS` column."""
+    counts = np.fromiter(map(len, spans), dtype=np.int32, count=len(spans))
+    offsets = np.concatenate([[0], np.cumsum(counts, dtype=np.int32)])
+    flat = np.array([pair for row in spans for pair in row], dtype=np.int32).reshape(-1, 2)
+    values = pa.StructArray.from_arrays(
+        [pa.array(flat[:, 0]), pa.array(flat[:, 1])], fields=list(LEARNED_SPANS_TYPE.value_type)
+    )
+    return pa.ListArray.from_arrays(pa.array(offsets), values, type=LEARNED_SPANS_TYPE)

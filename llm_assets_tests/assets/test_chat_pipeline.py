@@ -217,6 +217,75 @@ def test_every_answer_of_long_conversations_survives_dedup_and_shares_a_split(tm
     assert {"train", "validation"} == set().union(*splits.values())
 
 
+SEQ_LEN = 48
+
+
+def test_chat_answers_all_learns_every_answer_in_one_row_per_conversation(tmp_path):
+    """``chat_answers: all``: one row per conversation, as with ``last``, whose labels cover
+    every answer with its ``<|im_end|>`` and the EOS after the last, the rest masked; the spans
+    are in SQL (``learned_spans``) and the UI's example shows the parts. Cut to 48 tokens, a row
+    is kept while an answer starts before the cut (most rows' last prompt is longer: ``last``
+    would reject them), else it is a ``prompt_fills_sequence`` reject (a system prompt and a
+    question fill it)."""
+    folder = write_chats(tmp_path / "chats")
+    config = chat_config(folder, chat_template="chatml")
+    config["ops"]["raw_documents"]["config"]["chat_answers"] = "all"
+    config["ops"]["training_batches"]["config"]["seq_len"] = SEQ_LEN
+    root = tmp_path / "wh"
+    result = dg.materialize(
+        PIPELINE_ASSET_DEFS,
+        resources={"compute": ComputeResource(), "warehouse": WarehouseResource(root=str(root))},
+        run_config=config,
+    )
+    assert result.success
+    catalog = WarehouseResource(root=str(root)).catalog()
+    (event,) = result.asset_materializations_for_node("tokenized_documents")
+    example = event.metadata["sft_example"].value
+    assert "**Masked**" in example and example.count("**Learned**") > 1
+
+    tok = TokenizerSpec().build()
+    cut_prompts = 0
+    expected: dict[int, tuple[int, list[int]]] = {}
+    expected_rejects = [(line, reason) for line, (_, _, reason) in BAD_LINES.items()]
+    for line in (folder / "chats.jsonl").read_text().splitlines():
+        messages = json.loads(line)["messages"]
+        if json.loads(line)["id"] in BAD_LINES:
+            continue
+        # The row's ids: the prompt's, then the last answer's with its <|im_end|>; each answer
+        # learned from its first token to its <|im_end|> (ChatML's joins are GPT-2 word ends).
+        ids = tok.encode_batch([chatml(messages[:-1])])[0]
+        ids += tok.encode_batch([chatml(messages)[: -len("\n<|im_start|>assistant\n")]])[0][
+            len(ids) :
+        ]
+        learned = [False] * len(ids)
+        for k, message in enumerate(messages):
+            if message["role"] == "assistant":
+                start = len(tok.encode_batch([chatml(messages[:k])])[0])
+                turn = chatml(messages[: k + 1])[: -len("\n<|im_start|>assistant\n")]
+                end = len(tok.encode_batch([turn])[0])
+                learned[start:end] = [True] * (end - start)
+        labels = [t if keep else -100 for t, keep in zip(ids, learned, strict=True)] + [EOS]
+        if learned.index(True) >= min(len(ids) + 1, SEQ_LEN):
+            expected_rejects.append((json.loads(line)["id"], "prompt_fills_sequence"))
+        else:
+            answers = sum(m["role"] == "assistant" for m in messages)
+            expected[json.loads(line)["id"]] = (answers, labels[:SEQ_LEN])
+            cut_prompts += len(tok.encode_batch([chatml(messages[:-1])])[0]) >= SEQ_LEN
+    rejects = catalog.query("SELECT source_line, reason FROM rejects ORDER BY source_line")
+    assert rejects == sorted(expected_rejects)
+    assert len(rejects) > len(BAD_LINES) + 5 and cut_prompts > 10
+    docs = catalog.query(
+        "SELECT f.source_line, len(f.learned_spans), b.labels "
+        "FROM filtered_documents f JOIN training_batches b USING (doc_id)"
+    )
+    assert len(docs) == len(expected) > 20
+    for line, n_spans, labels in docs:
+        answers, expected_labels = expected[line]
+        assert n_spans == answers
+        assert labels == expected_labels + [-100] * (SEQ_LEN - len(expected_labels))
+    assert max(n for _, n, _ in docs) == 3
+
+
 def test_a_custom_template_and_its_errors_are_rejects_of_their_rows(tmp_path):
     folder = write_chats(tmp_path / "chats", n=20)
     template = (

@@ -377,9 +377,48 @@ def test_chat_answers_every_gives_each_answer_its_row_and_its_own_id(tmp_path, s
     assert "no message of the 2 is an assistant's answer" in rejects["value"][0].as_py()
 
 
+ALL = IngestSpec(chat_field="messages", chat_answers="all")
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".parquet"])
+def test_chat_answers_all_is_one_row_per_conversation_weighing_each_answer(tmp_path, suffix):
+    """``chat_answers: all``: one row per conversation, at the id ``last`` gives it, whose text
+    is the conversation's last answer to learn and whose earlier assistant messages say whether
+    they are learned too (``weight`` 1) or context (0: OpenAI's weight 0, or empty). Messages
+    after the last answer teach nothing and are left out; a conversation without an answer is
+    an ``invalid_chat`` reject, as with ``every``."""
+    weighted = [dict(m) for m in CONVERSATION]
+    weighted[2]["weight"] = 0
+    blank = [*HISTORY[:2], {"role": "assistant", "content": " "}, *CONVERSATION[3:]]
+    records = [
+        {"id": 1, "messages": CONVERSATION},
+        {"id": 2, "messages": weighted},
+        {"id": 3, "messages": blank},
+        {"id": 4, "messages": HISTORY},  # cut off after a question: its answer "4" is learned
+        {"id": 5, "messages": HISTORY[:2]},
+    ]
+    path = tmp_path / f"c{suffix}"
+    if suffix == ".jsonl":
+        write_jsonl(path, records)
+    else:
+        pq.write_table(pa.Table.from_pylist(records), path)
+    kept, rejects = read(path, ALL)
+    assert kept["text"].to_pylist() == ["6", "6", "6", "4"]
+    assert kept["doc_id"].to_pylist() == [make_doc_id(path.name, line) for line in (1, 2, 3, 4)]
+    learned, context = {**HISTORY[2], "weight": 1}, {**HISTORY[2], "weight": 0}
+    assert [m[CHAT_MESSAGES] for m in metadata(kept)] == [
+        [*HISTORY[:2], learned, HISTORY[3]],
+        [*HISTORY[:2], context, HISTORY[3]],
+        [*HISTORY[:2], {**blank[2], "weight": 0}, HISTORY[3]],
+        HISTORY[:2],
+    ]
+    assert [m["id"] for m in metadata(kept)] == [1, 2, 3, 4]
+    assert located(rejects) == [(5, INVALID_CHAT)]
+
+
 def test_chat_answers_needs_a_chat_field_and_a_known_value():
     with pytest.raises(ValueError, match="set chat_field"):
         IngestSpec(chat_answers="every")
-    with pytest.raises(ValueError, match="chat_answers must be 'last' or 'every'"):
-        IngestSpec(chat_field="messages", chat_answers="all")
+    with pytest.raises(ValueError, match="chat_answers must be 'last', 'every' or 'all'"):
+        IngestSpec(chat_field="messages", chat_answers="each")
     assert "chat_answers" not in spec_fields(CHAT)  # unset: old fingerprints stay

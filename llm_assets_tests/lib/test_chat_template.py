@@ -22,11 +22,10 @@ from llm_assets.lib.tokenization import (
     TokenizerSpec,
     chat_answer_ids,
     chat_template_text,
-    gpt2_hf_tokenizer,
     render_chat,
     tokenize_table,
 )
-from llm_assets_tests.conftest import docs_table
+from llm_assets_tests.conftest import docs_table, gpt2_folder
 
 SYSTEM_USER = [
     {"role": "system", "content": "You are terse."},
@@ -236,7 +235,7 @@ def test_templates_see_a_fixed_day_not_the_clock():
 def test_an_added_token_not_marked_special_is_refused_in_a_message_too(tmp_path):
     """DeepSeek's role markers are added tokens not marked special: transformers matches them in
     any text, so a message holding one would put the marker's id in the prompt."""
-    _gpt2_folder(tmp_path, ["<｜User｜>", "<｜Assistant｜>"], special=False)
+    gpt2_folder(tmp_path, ["<｜User｜>", "<｜Assistant｜>"], special=False)
     template = (
         "{% for m in messages %}{% if m['role'] == 'user' %}<｜User｜>{% else %}<｜Assistant｜>"
         "{% endif %}{{ m['content'] }}{% endfor %}<｜Assistant｜>"
@@ -254,7 +253,7 @@ def test_a_control_token_the_template_drops_does_not_refuse_the_row(tmp_path):
     """Qwen3's template keeps only what follows ``</think>`` of earlier answers: their reasoning
     never reaches the prompt, so a conversation holding it is kept, its prompt as transformers
     renders it; a template that writes the content whole refuses the same row."""
-    _gpt2_folder(tmp_path, ["<think>", "</think>"], special=False)
+    gpt2_folder(tmp_path, ["<think>", "</think>"], special=False)
     drops = (
         "{% for m in messages %}{{ m['role'] }}: "
         "{% if m['role'] == 'assistant' %}{{ m['content'].split('</think>')[-1] }}"
@@ -291,7 +290,7 @@ def test_a_control_token_the_template_drops_does_not_refuse_the_row(tmp_path):
 def test_added_tokens_of_plain_text_do_not_refuse_messages(tmp_path):
     """Some code models add runs of spaces (and some tokenizers domain words) as tokens not
     marked special: a message holding them is ordinary text, not a forged control token."""
-    _gpt2_folder(tmp_path, ["    ", "\n\n", "GPUcluster", "[INST]"], special=False)
+    gpt2_folder(tmp_path, ["    ", "\n\n", "GPUcluster", "[INST]"], special=False)
     spec = TokenizerSpec(name=str(tmp_path), chat_template="chatml")
     plain = [{"role": "user", "content": "def f():\n\n    return GPUcluster"}]
     markup = [{"role": "user", "content": "[INST] pretend"}]
@@ -314,15 +313,7 @@ def test_a_role_that_is_no_chat_role_is_refused_from_metadata():
 def _qwen_like_folder(folder: Path) -> Path:
     """GPT-2 saved as a tokenizer folder, plus ChatML's markers as special added tokens (as in
     Qwen's tokenizer), offline."""
-    return _gpt2_folder(folder, ["<|im_start|>", "<|im_end|>"], special=True)
-
-
-def _gpt2_folder(folder: Path, added: list[str], *, special: bool) -> Path:
-    """GPT-2 saved as a tokenizer folder with ``added`` tokens (special or not), offline."""
-    tok = gpt2_hf_tokenizer()
-    tok.add_tokens(added, special_tokens=special)
-    tok.save_pretrained(folder)
-    return folder
+    return gpt2_folder(folder, ["<|im_start|>", "<|im_end|>"], special=True)
 
 
 def _set_config_template(folder: Path, template: object) -> None:
@@ -411,8 +402,18 @@ def test_chat_rows_have_the_columns_of_prompt_template_rows():
         _table([{"instruction": "Add 2 and 3."}], ["5."]),
         TokenizerSpec(prompt_template="### Instruction:\n{instruction}\n\n### Response:\n"),
     ).kept
-    assert chat.schema == fields.schema
-    assert chat.column_names[-4:] == ["input_ids", "n_tokens", "prompt_tokens", "prompt"]
+    # and which tokens are learned: here the answer and its turn's end, after the prompt
+    assert chat.drop_columns(["learned_spans"]).schema == fields.schema
+    assert chat.column_names[-5:] == [
+        "input_ids",
+        "n_tokens",
+        "prompt_tokens",
+        "prompt",
+        "learned_spans",
+    ]
+    assert chat["learned_spans"].to_pylist() == [
+        [{"start": chat["prompt_tokens"][0].as_py(), "end": chat["n_tokens"][0].as_py()}]
+    ]
     prompt = "<|im_start|>user\nAdd 2 and 3.<|im_end|>\n<|im_start|>assistant\n"
     prompt_ids = TokenizerSpec().build().encode_batch([prompt])[0]
     assert chat["prompt_tokens"].to_pylist() == [len(prompt_ids)]
@@ -510,9 +511,9 @@ def test_an_answer_holding_a_special_token_is_learned_alone_as_text(tmp_path: Pa
     at the joins; SentencePiece would add spaces). Added tokens not marked special (``<think>``)
     are ids in any text: they go through the template, left as they are (Qwen3's template cuts
     the answer at ``</think>``)."""
-    folder = _gpt2_folder(tmp_path / "tok", ["<|im_start|>", "<|im_end|>"], special=True)
-    tok_with_think = _gpt2_folder(tmp_path / "think", ["<|im_end|>"], special=True)
-    _gpt2_folder(tok_with_think, ["<think>", "</think>"], special=False)
+    folder = gpt2_folder(tmp_path / "tok", ["<|im_start|>", "<|im_end|>"], special=True)
+    tok_with_think = gpt2_folder(tmp_path / "think", ["<|im_end|>"], special=True)
+    gpt2_folder(tok_with_think, ["<think>", "</think>"], special=False)
     spec = TokenizerSpec(name=str(folder), chat_template="chatml")
     answer = "Write <|im_end|> to stop."
     kept = tokenize_table(_table([HISTORIES[0]], [answer]), spec).kept
