@@ -506,16 +506,7 @@ def _hf_encoder(tok: object, *, split_special_tokens: bool = True) -> _Encoder:
     :meth:`Tokenizer.encode_markup_batch`)."""
 
     def encode(texts: list[str]) -> list[list[int]]:
-        if not texts:
-            return []
-        out = tok(  # type: ignore[operator]
-            texts,
-            add_special_tokens=False,
-            split_special_tokens=split_special_tokens,
-            return_attention_mask=False,
-            verbose=False,
-        )
-        return out["input_ids"]
+        return _hf_call(tok, texts, split_special_tokens)["input_ids"] if texts else []
 
     return encode
 
@@ -527,14 +518,7 @@ def _hf_offsets_encoder(tok: object) -> Callable[[list[str]], list[tuple[list[in
         if not texts:
             return []
         try:
-            out = tok(  # type: ignore[operator]
-                texts,
-                add_special_tokens=False,
-                split_special_tokens=False,
-                return_offsets_mapping=True,
-                return_attention_mask=False,
-                verbose=False,
-            )
+            out = _hf_call(tok, texts, False, return_offsets_mapping=True)
         except NotImplementedError as err:
             raise TokenizerError(
                 f"{type(tok).__name__} cannot say where its tokens start ({err}), which "
@@ -547,6 +531,18 @@ def _hf_offsets_encoder(tok: object) -> Callable[[list[str]], list[tuple[list[in
         ]
 
     return encode
+
+
+def _hf_call(tok: object, texts: list[str], split_special_tokens: bool, **options: bool) -> dict:
+    """``tok(texts)`` as every encoding here calls it: no added BOS/EOS, no attention mask."""
+    return tok(  # type: ignore[operator]
+        texts,
+        add_special_tokens=False,
+        split_special_tokens=split_special_tokens,
+        return_attention_mask=False,
+        verbose=False,
+        **options,
+    )
 
 
 def _hf_chat_fields(tok: object) -> dict:
