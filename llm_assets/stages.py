@@ -1446,6 +1446,8 @@ def run_training_batches(
         padded_len=spec.seq_len if spec.layout == "padded" else 0,
     )
     config = {**asdict(spec), "compression_level": compression_level}
+    if spec.layout == "packed" and spec.overflow == "truncate":
+        config["cut_eos"] = "masked"  # the EOS after a cut SFT document is not learned
     # What the scatter of one shard depends on besides its bytes; with every shard's checksum,
     # what every batch file depends on besides the config (the files' source_fingerprint).
     scatter_fp_base = (spec.seed, spec.validation_fraction, n_buckets, SCATTER_FORMAT)

@@ -784,6 +784,7 @@ def untrainable_rejects(
     lengths = pc.list_value_length(table[INPUT_IDS]).to_numpy(zero_copy_only=False)[order]
     lengths = lengths + 1 if _sft_eos(table, spec) else lengths
     limit = spec.seq_len if spec.layout != "packed" else spec.seq_len - 1
+    whole = table[PROMPT_TOKENS].to_numpy()[order]
     prompts = masked_lead(table[PROMPT_TOKENS].to_numpy(), _learned_spans(table))[order]
     bad = prompt_fills_sequence(lengths, prompts, limit)
     if not bad.any():
@@ -798,7 +799,11 @@ def untrainable_rejects(
         reasons=[PROMPT_FILLS_SEQUENCE] * int(bad.sum()),
         values=[
             f"prompt {p} of {n} tokens kept (seq_len {spec.seq_len})"
-            for p, n in zip(prompts[bad].tolist(), kept_tokens.tolist(), strict=True)
+            if p == w
+            else f"first answer at token {p}, {n} tokens kept (seq_len {spec.seq_len})"
+            for p, w, n in zip(
+                prompts[bad].tolist(), whole[bad].tolist(), kept_tokens.tolist(), strict=True
+            )
         ],
     )
     return order[~bad], rejects

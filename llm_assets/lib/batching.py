@@ -229,21 +229,21 @@ def pack_sequences(
     into blocks of exactly ``seq_len`` tokens (documents may span blocks).
 
     The final partial block is padded with ``pad_id`` (attention mask 0), or dropped with
-    ``drop_remainder`` (its tokens counted in ``dropped_tokens``). ``position_ids`` restart at 0
-    at every document start and at every block start (a document continued from the previous
-    block restarts there); the padding run counts from 0 as a segment of its own, so tools that
-    derive segments from ``position_ids == 0`` never join padding to the last document.
+    ``drop_remainder`` (its tokens counted in ``dropped_tokens``). ``position_ids`` restart at 0 at
+    every document start and at every block start (a document continued from the previous block
+    restarts there); the padding run counts from 0 as a segment of its own, so tools that derive
+    segments from ``position_ids == 0`` never join padding to the last document.
 
     With ``truncate`` every document is first cut to ``seq_len - 1`` tokens (``truncated_tokens``
-    counts the cut). With ``prompt_tokens`` (SFT rows) a ``labels`` column is added: the input
-    ids, with -100 on each document's leading prompt tokens and on padding, so the loss covers
-    responses and separators only; ``learned_spans`` (one list per document,
-    :data:`~llm_assets.lib.schema.LEARNED_SPANS`) are learned even inside the prompt (a chat's
-    earlier answers). With ``doc_ids`` (one per document, in the given order) a
+    counts the cut; the EOS after a cut SFT document is not learned). With ``prompt_tokens`` (SFT
+    rows) a ``labels`` column is added: the input ids, with -100 on each document's leading prompt
+    tokens and on padding, so the loss covers responses and separators only; ``learned_spans`` (one
+    list per document, :data:`~llm_assets.lib.schema.LEARNED_SPANS`) are learned even inside the
+    prompt (a chat's earlier answers). With ``doc_ids`` (one per document, in the given order) a
     :data:`DOC_IDS` column lists each block's documents.
 
-    Token arrays must cast safely to ``token_type`` (e.g. uint16 or uint32 into uint32); the
-    whole build is numpy over one flat buffer.
+    Token arrays must cast safely to ``token_type`` (e.g. uint16 or uint32 into uint32); the whole
+    build is numpy over one flat buffer.
     """
     _check_seq_len(seq_len)
     dtype = _token_dtype(token_type, eos_id=eos_id, pad_id=pad_id)
@@ -265,8 +265,10 @@ def pack_sequences(
         return schema.empty_table(), PackStats()
 
     truncated = 0
+    was_cut = np.zeros(n_docs, dtype=bool)
     if truncate:
         cut = [t[: seq_len - 1] for t in token_lists]
+        was_cut = np.fromiter((len(t) >= seq_len for t in token_lists), dtype=bool, count=n_docs)
         truncated = sum(map(len, token_lists)) - sum(map(len, cut))
         token_lists = cut
     lengths = np.fromiter(map(len, token_lists), dtype=np.int64, count=n_docs)
@@ -319,6 +321,10 @@ def pack_sequences(
             learned = _span_positions(learned_spans, doc_starts, lengths)
             learned = learned[learned < size]
             labels[learned] = input_ids[learned]
+        # A cut document did not end where its EOS follows the cut: the EOS separates it from
+        # the next but is not learned (it would teach to stop mid-answer, or mid-question).
+        ends = (doc_starts + lengths)[was_cut]
+        labels[ends[ends < size]] = IGNORE_INDEX
         columns.append(_list_column(labels, seq_len, pa.int32()))
     if doc_ids is not None:
         columns.append(_block_documents(doc_ids, doc_starts, lengths + 1, n_seq, seq_len))

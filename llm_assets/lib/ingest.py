@@ -565,6 +565,18 @@ def _chat_message(number: int, message: Any) -> tuple[str, str]:
             f"message {number}'s role {role[:40]!r} is not one of {', '.join(CHAT_ROLE_NAMES)} "
             "(nor ShareGPT's human, gpt)"
         )
+    weight = message.get("weight")
+    if weight is not None and (
+        isinstance(weight, bool) or not isinstance(weight, int | float) or weight not in (0, 1)
+    ):
+        raise ChatError(
+            f"message {number} ({role}) has weight {str(weight)[:40]!r}: a weight is 0 (not "
+            "learned) or 1 (learned), as in OpenAI's fine-tuning format"
+        )
+    if weight == 1 and role != _ASSISTANT:
+        raise ChatError(
+            f"message {number} ({role}) has weight 1: only assistant messages are learned"
+        )
     calls = next((key for key in _TOOL_CALLS if _holds_calls(message.get(key))), None)
     if calls is not None:
         raise ChatError(

@@ -1072,16 +1072,18 @@ def _answer_regions(
             region = _marked_answer(compiled, context, messages, index, prompt, head)
         if region is None or (regions and region[0] < regions[-1][1]):
             return (
-                f"message {index + 1} (assistant), an answer to learn, cannot be found where the "
-                "template writes the conversation (it changes the answer's text, or writes it "
-                "more than once): chat_answers: every learns each answer in its own row"
+                f"message {index + 1} (assistant), an answer to learn, is not found where the "
+                "template writes the conversation (it writes it twice, or otherwise than last): "
+                "chat_answers: every learns it in a row of its own"
             )
-        regions.append(region)
+        if region[0] < region[1]:  # else the template writes nothing of it there
+            regions.append(region)
     return regions
 
 
-_ANSWER_MARK = "\ue002"
-"""A private-use character rendered in an answer's place to find where a template writes it."""
+_ANSWER_MARKS = tuple(map(chr, range(0xE002, 0xE102)))
+"""Private-use characters, one of which (one no message holds) is rendered in an answer's place
+to find where a template writes it."""
 
 
 def _marked_answer(
@@ -1093,14 +1095,18 @@ def _marked_answer(
     head: str,
 ) -> tuple[int, int] | None:
     """Where ``prompt`` writes answer ``index`` when the template writes it otherwise than as a
-    last answer: the conversation is rendered with :data:`_ANSWER_MARK` as that answer, and the
-    answer is what the prompt holds where the two renderings differ, which must be the mark
-    alone. What the template writes around the mark as a last answer (its completion) extends
-    the range when the prompt writes it there too: the turn's end after it, a lead-in (a think
-    block) before it. None when the answer cannot be found so."""
-    if any(_ANSWER_MARK in message["content"] for message in messages):
+    last answer: the conversation is rendered with a mark (:data:`_ANSWER_MARKS`) as that
+    answer, and the answer is what the prompt holds where the two renderings differ, which must
+    be the mark alone (an empty range: the template writes nothing of the answer there, as
+    Qwen3 does of one that is only reasoning). What the template writes around the mark as a
+    last answer (its completion) extends the range when the prompt writes it there too: the
+    turn's end after it, a lead-in (a think block) before it. None when the answer cannot be
+    found so."""
+    text = "".join(message["content"] for message in messages)
+    mark = next((m for m in _ANSWER_MARKS if m not in text), None)
+    if mark is None:
         return None
-    marked = [*messages[:index], {"role": "assistant", "content": _ANSWER_MARK}]
+    marked = [*messages[:index], {"role": "assistant", "content": mark}]
     try:
         shown = compiled.render(
             context, messages=marked + messages[index + 1 :], add_generation_prompt=True
@@ -1110,11 +1116,11 @@ def _marked_answer(
     start = _shared_start(prompt, shown)
     same_end = _shared_start(prompt[start:][::-1], shown[start:][::-1])
     end = len(prompt) - same_end
-    if shown[start : len(shown) - same_end] != _ANSWER_MARK or start >= end:
+    if shown[start : len(shown) - same_end] != mark or start > end:
         return None
     around = None
     if prompt.startswith(head):
-        around = _completion(compiled, context, messages[:index], head, _ANSWER_MARK, None)
+        around = _completion(compiled, context, messages[:index], head, mark, None)
     if around is None:
         # A template that writes its generation prompt otherwise (DeepSeek-R1's opens a think
         # block there): the turn's end is what follows the answer when it ends the conversation.
@@ -1122,14 +1128,14 @@ def _marked_answer(
             last = compiled.render(context, messages=marked, add_generation_prompt=False)
         except Exception:
             last = ""
-        if last.count(_ANSWER_MARK) == 1:
-            trail = last.split(_ANSWER_MARK)[1].rstrip()
+        if last.count(mark) == 1:
+            trail = last.split(mark)[1].rstrip()
             header = _empty_rendering(compiled, context)
             if header and trail.endswith(header):  # written after every conversation
                 trail = trail[: len(trail) - len(header)].rstrip()
-            around = _ANSWER_MARK + trail
-    if around is not None and around.count(_ANSWER_MARK) == 1:
-        lead, trail = around.split(_ANSWER_MARK)
+            around = mark + trail
+    if around is not None and around.count(mark) == 1:
+        lead, trail = around.split(mark)
         if lead and prompt.endswith(lead, len(head), start):
             start -= len(lead)
         # The longest part of the trail up to a whitespace that the prompt writes there too:

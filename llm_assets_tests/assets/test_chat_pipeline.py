@@ -274,6 +274,12 @@ def test_chat_answers_all_learns_every_answer_in_one_row_per_conversation(tmp_pa
     rejects = catalog.query("SELECT source_line, reason FROM rejects ORDER BY source_line")
     assert rejects == sorted(expected_rejects)
     assert len(rejects) > len(BAD_LINES) + 5 and cut_prompts > 10
+    values = catalog.query(
+        "SELECT value FROM rejects WHERE reason = 'prompt_fills_sequence' ORDER BY source_line"
+    )
+    # where the first answer starts, when it is not after the whole prompt (one answer)
+    assert all(v.endswith(f" tokens kept (seq_len {SEQ_LEN})") for (v,) in values)
+    assert {v.split(" ")[0] for (v,) in values} == {"first", "prompt"}, values[:3]
     docs = catalog.query(
         "SELECT f.source_line, len(f.learned_spans), b.labels "
         "FROM filtered_documents f JOIN training_batches b USING (doc_id)"

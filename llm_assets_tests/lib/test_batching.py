@@ -543,9 +543,10 @@ def test_packed_sft_labels_mask_exactly_prompts_and_padding(docs, seq_len, trunc
     )
     stream, expected = [], []
     for ids, prompt in docs:
+        cut = truncate and len(ids) >= seq_len  # its EOS follows the cut: not learned
         ids = ids[: seq_len - 1] if truncate else ids
         stream += [*ids, eos]
-        expected += [-100 if i < prompt else t for i, t in enumerate(ids)] + [eos]
+        expected += [-100 if i < prompt else t for i, t in enumerate(ids)] + [-100 if cut else eos]
     flat_ids = [t for row in table["input_ids"].to_pylist() for t in row]
     flat_labels = [t for row in table["labels"].to_pylist() for t in row]
     assert flat_ids[: len(stream)] == stream
@@ -626,8 +627,9 @@ def test_packed_chat_labels_learn_exactly_the_learned_spans(rows, seq_len, trunc
     )
     expected = []
     for ids, _, spans in rows:
+        cut = truncate and len(ids) >= seq_len  # its EOS follows the cut: not learned
         ids = ids[: seq_len - 1] if truncate else ids
-        expected += [*_learned(ids, spans), EOS]
+        expected += [*_learned(ids, spans), -100 if cut else EOS]
     flat_labels = [t for row in table["labels"].to_pylist() for t in row]
     assert flat_labels == expected + [-100] * (len(flat_labels) - len(expected))
 

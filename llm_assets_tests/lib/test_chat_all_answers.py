@@ -144,6 +144,31 @@ def test_an_earlier_answer_without_its_reasoning_is_learned_as_written(tmp_path:
     ]
 
 
+def test_an_answer_the_template_writes_as_nothing_learns_its_turns_end(tmp_path: Path):
+    """An earlier answer that is only reasoning is written as nothing but its turn's end by
+    Qwen3 (which drops an earlier answer's reasoning): that end is learned, the row kept. An
+    answer holding the private-use character used to find answers is found with another."""
+    folder = gpt2_folder(tmp_path / "tok", ["<|im_start|>", "<|im_end|>"], special=True)
+    gpt2_folder(folder, ["<think>", "</think>"], special=False)
+    history = [
+        {"role": "user", "content": "Think first."},
+        {"role": "assistant", "content": "<think>\nhmm\n</think>", "weight": 1},
+        {"role": "user", "content": "Now answer: what is \ue002?"},
+        {"role": "assistant", "content": "A private-use character: \ue002.", "weight": 1},
+        {"role": "user", "content": "Thanks."},
+    ]
+    spec = TokenizerSpec(name=str(folder), chat_template=QWEN3_LIKE)
+    result = tokenize_table(_table([history], [ANSWER]), spec)
+    assert result.rejects.num_rows == 0
+    (row,) = result.kept.to_pylist()
+    assert "<|im_start|>assistant\n<|im_end|>" in row["prompt"]
+    assert _learned_texts(spec, row) == [
+        "<|im_end|>",
+        "A private-use character: \ue002.<|im_end|>",
+        "<think>\n\n</think>\n\nIt is 6.<|im_end|>",
+    ]
+
+
 DEEPSEEK_LIKE = (
     "{{ bos_token }}{% for m in messages %}{% if m['role'] == 'user' %}<|User|>{{ m['content'] }}"
     "{% else %}<|Assistant|>{{ m['content'].split('</think>')[-1] }}<|endoftext|>{% endif %}"
@@ -200,8 +225,11 @@ def test_rows_whose_answers_cannot_be_found_or_whose_weights_are_wrong_are_rejec
     assert result.kept["doc_id"].to_pylist() == ["d1"]
     (reject,) = result.rejects.to_pylist()
     assert reject["reason"] == "chat_template_error"
-    assert reject["value"].startswith("message 3 (assistant), an answer to learn, cannot be found")
-    assert "chat_answers: every" in reject["value"]
+    assert reject["value"] == (
+        "message 3 (assistant), an answer to learn, is not found where the template writes the "
+        "conversation (it writes it twice, or otherwise than last): chat_answers: every learns "
+        "it in a row of its own"
+    )
 
     heavy = [{**m, "weight": 2} if m["role"] == "assistant" else m for m in CONVERSATION]
     asked = [{**m, "weight": 1} if m["role"] == "user" else m for m in CONVERSATION]

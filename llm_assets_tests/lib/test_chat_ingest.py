@@ -130,6 +130,20 @@ BAD = [
         INVALID_CHAT,
         "message 2 (assistant) has tool_calls: conversations that call tools are not read",
     ),
+    # OpenAI's weights are 0 or 1, on assistant messages: "0" (a string) must not be learned
+    *(
+        (
+            [{"role": "user", "content": "Q"}, {"role": "assistant", "content": "A", "weight": w}],
+            INVALID_CHAT,
+            f"message 2 (assistant) has weight {str(w)!r}: a weight is 0 (not learned) or 1",
+        )
+        for w in ("0", 2, 0.5, -1, True)
+    ),
+    (
+        [{"role": "user", "content": "Q", "weight": 1}, {"role": "assistant", "content": "A"}],
+        INVALID_CHAT,
+        "message 1 (user) has weight 1: only assistant messages are learned",
+    ),
     (None, MISSING_TEXT, "null"),
 ]
 

@@ -398,6 +398,10 @@ _json = st.recursive(
 @given(st.lists(st.binary(max_size=60) | _json.map(lambda v: json.dumps(v).encode()), max_size=30))
 def test_fuzz_jsonl_lines_are_kept_or_rejected(tmp_path, lines):
     lines = [line.replace(b"\n", b" ").replace(b"\r", b" ") for line in lines]
+    if lines and lines[0].startswith((b"\xff\xfe", b"\xfe\xff", b"\x00\x00\xfe\xff")):
+        # A UTF-16 or UTF-32 byte-order mark makes the whole file of that encoding, whose line
+        # breaks are not these bytes (hypothesis found [FE FF, NUL]): see the utf16 tests below.
+        lines[0] = b"#" + lines[0]
     path = tmp_path / "fuzz.jsonl"
     path.write_bytes(b"\n".join(lines) + (b"\n" if lines else b""))
     kept, rejects = read(path)
