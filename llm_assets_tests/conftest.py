@@ -79,10 +79,16 @@ def pipeline_run_config(input_dir: Path, rows_per_shard: int = 1000, **ops: dict
 
 def gpt2_folder(folder: Path, added: list[str], *, special: bool) -> Path:
     """GPT-2 saved as a tokenizer folder with ``added`` tokens (special or not), offline: a
-    tokenizer folder with chat markup of its own, as models ship them."""
+    tokenizer folder with chat markup of its own, as models ship them. A folder that holds one
+    already gets the tokens added to its own (special ones, then others)."""
+    from transformers import AutoTokenizer
+
     from llm_assets.lib.tokenization import gpt2_hf_tokenizer
 
-    tok = gpt2_hf_tokenizer()
+    if (folder / "tokenizer.json").exists():
+        tok = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    else:
+        tok = gpt2_hf_tokenizer()
     tok.add_tokens(added, special_tokens=special)
     tok.save_pretrained(folder)
     return folder

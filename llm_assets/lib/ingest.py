@@ -31,6 +31,7 @@ import zstandard
 from llm_assets.lib.schema import (
     CHAT_MESSAGES,
     CHAT_ROLE_NAMES,
+    CHAT_TOOL_ANSWER,
     DOCUMENT_SCHEMA,
     SAMPLE_CHARS,
     StageResult,
@@ -452,78 +453,111 @@ def _text_problem(value: Any, text_field: str, record: dict[str, Any]) -> tuple[
 # --- chat rows --------------------------------------------------------------------------------
 CHAT_ROLES = {"human": "user", "gpt": "assistant"}
 """ShareGPT's role names and the ones chat templates expect."""
-_TOOL_CALLS = ("tool_calls", "function_call")
-"""Keys of an assistant message that calls tools: the calls are not text, so a prompt rendered
-from role and content alone would lack them."""
 _ASSISTANT = "assistant"
+_TOOL_MESSAGE_KEYS = ("tool_call_id", "name")
+"""Keys of a ``tool`` message templates read besides its content (Mistral's pair a result with
+its call by id; others name the tool)."""
 
 
 class ChatError(ValueError):
     """A chat field that holds no conversation to learn from (an ``invalid_chat`` reject)."""
 
 
-def chat_turns(value: Any) -> tuple[str, list[dict[str, str]]]:
+def chat_turns(value: Any) -> tuple[str, list[dict[str, Any]]]:
     """The text to learn and the conversation before it, from a chat field's value.
 
     ``value`` is a list of messages, each ``{"role", "content"}`` (OpenAI, Hugging Face) or
     ``{"from", "value"}`` (ShareGPT, whose ``human`` and ``gpt`` become ``user`` and
     ``assistant``), or a JSON string of such a list. A content given as a list of text parts
-    (``[{"type": "text", "text": ...}]``) is their texts joined. The last message must be the
-    assistant's: its content is the document's text (the response, the tokens the loss covers);
-    the messages before it, as ``{"role", "content"}`` objects, are the prompt's context. Every
-    earlier assistant turn is context too: one row teaches one answer (:func:`chat_answers` for
-    one row per answer).
+    (``[{"type": "text", "text": ...}]``) is their texts joined. An assistant's message may call
+    tools (``tool_calls``, :func:`_tool_calls`) and a ``tool`` message carries the result (with
+    its ``tool_call_id`` or ``name``). The last message must be the assistant's: its text
+    (:func:`answer_text`) is the document's text (the response, the tokens the loss covers); the
+    messages before it, as ``{"role", "content"}`` objects (with those keys), are the prompt's
+    context. Every earlier assistant turn is context too: one row teaches one answer
+    (:func:`chat_answers` for one row per answer).
 
     Raises :class:`ChatError` saying what is wrong.
     """
-    value, turns = _conversation(value)
-    role, text = turns[-1]
+    value, messages = _conversation(value)
+    return _last_answer(value, messages)
+
+
+def _last_answer(
+    value: list[Any], messages: list[dict[str, Any]]
+) -> tuple[str, list[dict[str, Any]]]:
+    last = messages[-1]
     if isinstance(value[-1], dict) and value[-1].get("weight") == 0:
         raise ChatError(
-            f"the last message (message {len(turns)}) has weight 0 (OpenAI's fine-tuning format: "
-            "not to be learned): no answer to learn"
+            f"the last message (message {len(messages)}) has weight 0 (OpenAI's fine-tuning "
+            "format: not to be learned): no answer to learn"
         )
-    if role != _ASSISTANT:
+    if last["role"] != _ASSISTANT:
         raise ChatError(
-            f"the last message (message {len(turns)}) is from {role!r}, not 'assistant': no "
-            "answer to learn"
+            f"the last message (message {len(messages)}) is from {last['role']!r}, not "
+            "'assistant': no answer to learn"
         )
+    text = answer_text(last)
     if not text.strip():
         raise ChatError(
-            f"the last message (message {len(turns)}) is empty or only whitespace: no answer to "
-            "learn"
+            f"the last message (message {len(messages)}) is empty or only whitespace: no answer "
+            "to learn"
         )
-    return text, [{"role": role, "content": content} for role, content in turns[:-1]]
+    return text, messages[:-1]
 
 
-def chat_answers(value: Any) -> list[tuple[int, str, list[dict[str, str]]]]:
+def chat_answers(value: Any) -> list[tuple[int, str, list[dict[str, Any]]]]:
     """Every answer a conversation teaches (``chat_answers: every``): for each assistant message
-    not of ``weight: 0`` nor empty (only whitespace), its number (1-based), its text and the
-    conversation before it, in order. Messages after the last answer (a conversation cut off
-    before its next answer) teach nothing. The value is read as :func:`chat_turns` reads it.
+    not of ``weight: 0`` nor empty (only whitespace, and no tool call), its number (1-based), its
+    text (:func:`answer_text`) and the conversation before it, in order. Messages after the last
+    answer (a conversation cut off before its next answer) teach nothing. The value is read as
+    :func:`chat_turns` reads it.
 
     Raises :class:`ChatError` saying what is wrong, or that no message is an answer to learn.
     """
-    value, turns = _conversation(value)
-    history = [{"role": role, "content": content} for role, content in turns]
+    value, messages = _conversation(value)
+    return _answers(value, messages)
+
+
+def _answers(
+    value: list[Any], messages: list[dict[str, Any]]
+) -> list[tuple[int, str, list[dict[str, Any]]]]:
     answers = [
-        (number, content, history[: number - 1])
-        for number, (role, content) in enumerate(turns, 1)
-        if role == _ASSISTANT
-        and content.strip()
+        (number, answer_text(message), messages[: number - 1])
+        for number, message in enumerate(messages, 1)
+        if message["role"] == _ASSISTANT
+        and answer_text(message).strip()
         and not (isinstance(value[number - 1], dict) and value[number - 1].get("weight") == 0)
     ]
     if not answers:
         raise ChatError(
-            f"no message of the {len(turns)} is an assistant's answer to learn (not empty, of "
+            f"no message of the {len(messages)} is an assistant's answer to learn (not empty, of "
             "weight other than 0)"
         )
     return answers
 
 
-def _conversation(value: Any) -> tuple[list[Any], list[tuple[str, str]]]:
-    """A chat field's list of messages (parsed from a JSON string) and each one's (role, text
-    content); :class:`ChatError` if it is not a non-empty list of readable messages."""
+def answer_text(message: dict[str, Any]) -> str:
+    """An assistant message's text as a row's text: its content, then each tool call it makes
+    as a line of JSON (``{"name": ..., "arguments": {...}}``), so that filters, dedup and people
+    reading the warehouse see what it does (the template writes the calls its own way)."""
+    calls = message.get("tool_calls")
+    if not calls:
+        return message["content"]
+    lines = [message["content"]] if (message["content"] or "").strip() else []
+    lines += [
+        orjson.dumps(
+            {"name": call["function"]["name"], "arguments": call["function"]["arguments"]}
+        ).decode()
+        for call in calls
+    ]
+    return "\n".join(lines)
+
+
+def _conversation(value: Any) -> tuple[list[Any], list[dict[str, Any]]]:
+    """A chat field's list of messages (parsed from a JSON string) and each one read
+    (:func:`_chat_message`); :class:`ChatError` if it is not a non-empty list of readable
+    messages."""
     if isinstance(value, str):
         try:
             value = orjson.loads(value)
@@ -536,8 +570,10 @@ def _conversation(value: Any) -> tuple[list[Any], list[tuple[str, str]]]:
     return value, [_chat_message(number, message) for number, message in enumerate(value, 1)]
 
 
-def _chat_message(number: int, message: Any) -> tuple[str, str]:
-    """One message's (role, text content); :class:`ChatError` naming the message otherwise."""
+def _chat_message(number: int, message: Any) -> dict[str, Any]:
+    """One message as templates read it: ``{"role", "content"}`` (a text), with an assistant's
+    ``tool_calls`` (:func:`_tool_calls`; its content may then be null: empty) and a tool
+    result's ``tool_call_id`` and ``name``; :class:`ChatError` naming the message otherwise."""
     if not isinstance(message, dict):
         what = (
             "list (in Parquet: a map column's key-value pairs)"
@@ -550,6 +586,8 @@ def _chat_message(number: int, message: Any) -> tuple[str, str]:
         )
     role = _message_field(message, "role", "from")
     content = _message_field(message, "content", "value")
+    if content is _MISSING and _holds_calls(message.get("tool_calls")):
+        content = None  # a call without a content (Hugging Face's examples write none)
     if role is _MISSING or content is _MISSING:
         keys = ", ".join(sorted(map(str, message))[:_MAX_NAMES]) or "none"
         raise ChatError(
@@ -577,12 +615,16 @@ def _chat_message(number: int, message: Any) -> tuple[str, str]:
         raise ChatError(
             f"message {number} ({role}) has weight 1: only assistant messages are learned"
         )
-    calls = next((key for key in _TOOL_CALLS if _holds_calls(message.get(key))), None)
-    if calls is not None:
+    if _holds_calls(message.get("function_call")):
         raise ChatError(
-            f"message {number} ({role}) has {calls}: conversations that call tools are not read "
-            "(the prompt, rendered from each message's role and content, would lack the calls)"
+            f"message {number} ({role}) has function_call, OpenAI's deprecated form of a call: "
+            'write it as tool_calls ([{"type": "function", "function": {"name", '
+            "\"arguments\"}}]), and the function's result as a message of role 'tool'"
         )
+    calls = _tool_calls(number, role, message.get("tool_calls"))
+    if calls and content is None:
+        # OpenAI's calls have a null content: kept, as templates tell calls by it (DeepSeek's)
+        return {"role": role, "content": None, "tool_calls": calls}
     if (
         isinstance(content, list)
         and content
@@ -600,7 +642,64 @@ def _chat_message(number: int, message: Any) -> tuple[str, str]:
             f"message {number} ({role}) has a content of {_kind(content)}, not {what}: only "
             "text conversations are read"
         )
-    return role, content
+    read: dict[str, Any] = {"role": role, "content": content}
+    if calls:
+        read["tool_calls"] = calls
+    if role == "tool":
+        read.update(
+            (key, message[key])
+            for key in _TOOL_MESSAGE_KEYS
+            if isinstance(message.get(key), str) and message[key]
+        )
+    return read
+
+
+def _tool_calls(number: int, role: str, value: Any) -> list[dict[str, Any]] | None:
+    """A message's tool calls as chat templates read them, each ``{"type": "function",
+    "function": {"name", "arguments"}}`` (with its ``id`` when given), the arguments an object:
+    OpenAI's are a JSON string of one, which a template would write as a string. A call may
+    also be ``{"name", "arguments"}`` alone. None when the message calls nothing (null, empty,
+    Parquet's struct of nulls); :class:`ChatError` for calls that cannot be read, or calls made
+    by a message that is not the assistant's."""
+    if not _holds_calls(value):
+        return None
+    where = f"message {number} ({role})"
+    if role != _ASSISTANT:
+        raise ChatError(f"{where} has tool_calls: only the assistant's messages call tools")
+    if isinstance(value, str):
+        value = orjson.loads(value)  # _holds_calls read it
+    if not isinstance(value, list):
+        raise ChatError(f"{where} has tool_calls of {_kind(value)}, not a list of calls")
+    calls = []
+    for index, call in enumerate(value, 1):
+        function = call.get("function") if isinstance(call, dict) else None
+        function = function if isinstance(function, dict) else call
+        name = function.get("name") if isinstance(function, dict) else None
+        if not isinstance(name, str) or not name.strip():
+            raise ChatError(f"{where}'s tool call {index} has no function name")
+        arguments = function.get("arguments")
+        if isinstance(arguments, str):
+            try:
+                arguments = orjson.loads(arguments) if arguments.strip() else {}
+            except orjson.JSONDecodeError as error:
+                raise ChatError(
+                    f"{where}'s tool call {index} ({name[:40]}) has arguments that are not "
+                    f"JSON: {error}"
+                ) from None
+        arguments = {} if arguments is None else arguments
+        if not isinstance(arguments, dict):
+            raise ChatError(
+                f"{where}'s tool call {index} ({name[:40]}) has arguments of "
+                f"{_kind(arguments)}, not an object"
+            )
+        read: dict[str, Any] = {
+            "type": "function",
+            "function": {"name": name, "arguments": arguments},
+        }
+        if isinstance(call.get("id"), str) and call["id"]:
+            read["id"] = call["id"]
+        calls.append(read)
+    return calls
 
 
 def _holds_calls(value: Any) -> bool:
@@ -647,33 +746,43 @@ def _chat_documents(
     record always had), else the answer's message number (its own id). :class:`ChatError` if the
     value holds no conversation or another field already has that name; ``orjson`` errors pass
     through."""
+    value, messages = _conversation(value)
     if answers is None:
-        text, history = chat_turns(value)
-        learned = [(0, text, history)]
+        text, history = _last_answer(value, messages)
+        learned = [(len(messages), text, history)]
     else:
-        value, _ = _conversation(value)
-        learned = chat_answers(value)
-    if chat_field != CHAT_MESSAGES and CHAT_MESSAGES in others:
-        raise ChatError(
-            f"the record has a field {CHAT_MESSAGES!r} beside the chat field {chat_field!r}: "
-            f"the conversation is stored as {CHAT_MESSAGES!r}, which would hide it"
-        )
+        learned = _answers(value, messages)
+    for name in (CHAT_MESSAGES, CHAT_TOOL_ANSWER):
+        if chat_field != name and name in others:
+            raise ChatError(
+                f"the record has a field {name!r} beside the chat field {chat_field!r}: the "
+                f"conversation is stored as {name!r}, which would hide it"
+            )
     if answers == ALL_ANSWERS:
         numbers = {number for number, _, _ in learned}
-        _, text, history = learned[-1]
-        others[CHAT_MESSAGES] = [
-            {**message, "weight": int(number in numbers)}
-            if message["role"] == _ASSISTANT
-            else message
-            for number, message in enumerate(history, 1)
+        number, text, history = learned[-1]
+        history = [
+            {**message, "weight": int(n in numbers)} if message["role"] == _ASSISTANT else message
+            for n, message in enumerate(history, 1)
         ]
-        return [(text, orjson.dumps(others), None)]
-    last = len(value) if answers == EVERY_ANSWER else 0
-    rows = []
-    for number, text, history in learned:
-        others[CHAT_MESSAGES] = history
-        rows.append((text, orjson.dumps(others), None if number == last else number))
-    return rows
+        return [(text, _chat_metadata(others, history, messages[number - 1]), None)]
+    last = len(value) if answers == EVERY_ANSWER else None
+    return [
+        (text, _chat_metadata(others, history, messages[number - 1]), part)
+        for number, text, history in learned
+        for part in [None if last is None or number == last else number]
+    ]
+
+
+def _chat_metadata(
+    others: dict[str, Any], history: list[dict[str, Any]], answer: dict[str, Any]
+) -> bytes:
+    """A chat row's metadata: the record's other fields, the conversation before the answer
+    and, when the answer calls tools, the answer as the template renders it."""
+    fields = {**others, CHAT_MESSAGES: history}
+    if calls := answer.get("tool_calls"):
+        fields[CHAT_TOOL_ANSWER] = {"content": answer["content"], "tool_calls": calls}
+    return orjson.dumps(fields)
 
 
 def _keep_chat(

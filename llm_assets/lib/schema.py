@@ -45,6 +45,10 @@ CHAT_MESSAGES = "messages"
 """Chat rows (``raw_documents``' ``chat_field``): the metadata key that holds the conversation
 before the last assistant turn (the text), a list of ``{"role", "content"}`` objects, from which
 ``tokenized_documents``' ``chat_template`` renders the prompt."""
+CHAT_TOOL_ANSWER = "tool_call_answer"
+"""Chat rows whose answer calls tools: the metadata key holding that answer as the template
+renders it, ``{"content", "tool_calls"}`` (the row's text is its content and its calls written
+as lines of JSON, for filters, dedup and people)."""
 CHAT_ROLE_NAMES = ("system", "developer", "user", "assistant", "tool", "function", "ipython")
 """The roles a chat message may have: those of OpenAI's, Hugging Face's and Llama's chat formats.
 Templates write the role into the prompt, some as markup (Phi-3's ``<|{role}|>``): a role of a

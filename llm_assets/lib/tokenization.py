@@ -40,6 +40,7 @@ special-token string, encoded as text (:func:`render_chat`, :func:`chat_answer_i
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import hashlib
 import importlib.util
@@ -52,7 +53,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache, partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -60,6 +61,7 @@ import pyarrow as pa
 from llm_assets.lib.schema import (
     CHAT_MESSAGES,
     CHAT_ROLE_NAMES,
+    CHAT_TOOL_ANSWER,
     INPUT_IDS,
     LEARNED_SPANS,
     LEARNED_SPANS_TYPE,
@@ -840,10 +842,27 @@ def _special_pattern(tokens: tuple[str, ...]) -> re.Pattern[str] | None:
     return re.compile("|".join(map(re.escape, sorted(tokens, key=len, reverse=True))))
 
 
-def _chat_history(raw: str | None) -> tuple[list[dict[str, str]], list[int]] | str:
-    """A row's conversation from its metadata and the indices of its earlier answers to learn
+@dataclass(frozen=True)
+class _ChatRow:
+    """What a chat row's metadata gives its template (:func:`_chat_history`)."""
+
+    history: list[dict[str, Any]]
+    """The conversation before the answer, each message with the keys templates read."""
+    learned: list[int]
+    """Indices of the earlier answers to learn (``"weight": 1``)."""
+    tools: list[Any] | None
+    """The record's ``tools`` (function definitions the template writes), if any."""
+    calls: list[dict[str, Any]] | None
+    """The answer's tool calls (:data:`CHAT_TOOL_ANSWER`), if it makes any."""
+    content: str | None
+    """The content of an answer that calls tools (its row's text is the calls as JSON)."""
+
+
+def _chat_history(raw: str | None) -> _ChatRow | str:
+    """A row's conversation from its metadata, the indices of its earlier answers to learn
     (assistant messages of ``"weight": 1``, as ``chat_answers: all`` writes them; a message
-    without a weight is context), or what is wrong with it (a reject's value)."""
+    without a weight is context), its tools and its answer's tool calls, or what is wrong with
+    it (a reject's value)."""
     try:
         record = json.loads(raw) if raw else None
     except ValueError:
@@ -858,10 +877,11 @@ def _chat_history(raw: str | None) -> tuple[list[dict[str, str]], list[int]] | s
     history = []
     learned = []
     for number, message in enumerate(messages, 1):
+        content = message.get("content") if isinstance(message, Mapping) else None
         if not (
             isinstance(message, Mapping)
             and isinstance(message.get("role"), str)
-            and isinstance(message.get("content"), str)
+            and (isinstance(content, str) or (content is None and message.get("tool_calls")))
         ):
             return f"{CHAT_MESSAGES} (message {number} is not a role and a content string)"
         if message["role"] not in CHAT_ROLE_NAMES:
@@ -878,9 +898,42 @@ def _chat_history(raw: str | None) -> tuple[list[dict[str, str]], list[int]] | s
                     "messages are learned)"
                 )
             learned.append(number - 1)
-        # Only these two keys: they are what the special-token check reads.
-        history.append({"role": message["role"], "content": message["content"]})
-    return history, learned
+        if message.get("tool_calls") is not None and not _are_calls(message["tool_calls"]):
+            return f"{CHAT_MESSAGES} (message {number}'s tool_calls are not a list of calls)"
+        # The keys templates read, not the weight (templates do not know it).
+        history.append({key: message[key] for key in _MESSAGE_KEYS if message.get(key)})
+        history[-1]["content"] = message["content"]
+    tools = record.get("tools")
+    if tools is not None and not isinstance(tools, list):
+        return "tools (not a list of tools)"
+    answer = record.get(CHAT_TOOL_ANSWER)
+    if answer is not None and not (
+        isinstance(answer, Mapping)
+        and isinstance(answer.get("content"), str | None)
+        and _are_calls(answer.get("tool_calls"))
+    ):
+        return f"{CHAT_TOOL_ANSWER} (not a content and a list of calls)"
+    return _ChatRow(
+        history,
+        learned,
+        tools,
+        None if answer is None else answer["tool_calls"],
+        None if answer is None else answer["content"],
+    )
+
+
+_MESSAGE_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name")
+"""The keys of a message a template is given (transformers' chat format)."""
+
+
+def _are_calls(value: Any) -> bool:
+    """Whether ``value`` is a list of tool calls as templates read them."""
+    return isinstance(value, list) and all(
+        isinstance(call, Mapping)
+        and isinstance(call.get("function"), Mapping)
+        and isinstance(call["function"].get("name"), str)
+        for call in value
+    )
 
 
 @dataclass(frozen=True)
@@ -934,18 +987,25 @@ def render_chat(
         regions: list[tuple[int, int]] = []
         if isinstance(read, str):
             reject = (MISSING_PROMPT_FIELD, read)
+        elif special is not None and (structured := _control_token_in_calls(read, special)):
+            reject = (SPECIAL_TOKEN_IN_CHAT, structured[:SAMPLE_CHARS])
         else:
-            history, learned = read
+            calling = read.calls is not None or any(m.get("tool_calls") for m in read.history)
+            if calling:
+                read = _renderable_calls(compiled, {**variables, "documents": None}, read)
+            history, learned = read.history, read.learned
+            if read.calls is not None:
+                answer = read.content  # the row's text is its calls as JSON: the template's
             held = _control_tokens_in(history, special) if special is not None else None
-            marks_held = any(mark in m["content"] for m in history for mark in _MARKS)
+            marks_held = any(mark in (m["content"] or "") for m in history for mark in _MARKS)
             if held is not None and marks_held:
                 # The message holds our markers itself: its control tokens cannot be told from
                 # the template's own; refuse it as if the template wrote them.
                 reject = _held_reject(history, held)
             else:
                 # What apply_chat_template passes: the tokenizer's special_tokens_map, then its
-                # own arguments (no tools nor documents here).
-                context = {**variables, "tools": None, "documents": None}
+                # own arguments (the record's tools; no documents here).
+                context = {**variables, "tools": read.tools, "documents": None}
                 try:
                     prompt = compiled.render(context, messages=history, add_generation_prompt=True)
                     if held is not None:
@@ -960,8 +1020,12 @@ def render_chat(
                     prompt, reject = None, (CHAT_TEMPLATE_ERROR, _error_message(err))
                 if prompt is not None and not marks_held:
                     completion = _completion(
-                        compiled, context, history, prompt, answer, text_special
+                        compiled, context, history, prompt, answer, text_special, read.calls
                     )
+                if prompt is not None and (read.tools or calling):
+                    ignored = _unwritten_tools(compiled, context, read, prompt, completion)
+                    if ignored is not None:
+                        prompt, reject = None, (CHAT_TEMPLATE_ERROR, ignored[:SAMPLE_CHARS])
                 if prompt is not None and learned:
                     found = _answer_regions(
                         compiled, context, history, prompt, learned, text_special
@@ -977,31 +1041,142 @@ def render_chat(
     return ChatRendering(prompts, completions, rejects, all_regions)
 
 
+def _renderable_calls(compiled: jinja2.Template, context: dict, row: _ChatRow) -> _ChatRow:
+    """``row`` with its tool calls as its template reads them. Templates disagree: most read a
+    call's arguments as an object (transformers' documented form) and its content as text
+    (Qwen3's fails on a null one; a template that prints it would write "None"), DeepSeek's tells
+    a call by its null content and writes the arguments as text. The first of these ways in which
+    the template renders the conversation and writes every call (its function's name appears
+    once more per call than without the calls) is the row's: empty content, then null; arguments
+    as objects, then as JSON text. A template that writes no call gets the first way it renders
+    (:func:`_unwritten_tools` refuses the row), one that renders none the last (its error is the
+    row's reject)."""
+
+    def variant(message: dict[str, Any], empty: bool, text: bool) -> dict[str, Any]:
+        calls = message.get("tool_calls")
+        if not calls:
+            return message
+        if text:
+            calls = [
+                {**c, "function": {**c["function"], "arguments": _arguments_text(c)}} for c in calls
+            ]
+        content = "" if empty and message["content"] is None else message["content"]
+        return {**message, "content": content, "tool_calls": calls}
+
+    answer: dict[str, Any] = {"role": "assistant", "content": ""}  # a text answer's stand-in
+    if row.calls is not None:
+        answer = {"role": "assistant", "content": row.content, "tool_calls": row.calls}
+    conversation = [*row.history, answer]
+    context = {**context, "tools": row.tools}
+    names = [c["function"]["name"] for m in conversation for c in m.get("tool_calls") or ()]
+    bare = [
+        {"role": m["role"], "content": m["content"] or ""} if m.get("tool_calls") else m
+        for m in conversation
+    ]
+    try:
+        without = compiled.render(context, messages=bare, add_generation_prompt=False)
+    except Exception:
+        without = ""
+    first = None
+    for empty, text in ((True, False), (True, True), (False, False), (False, True)):
+        candidate = [variant(m, empty, text) for m in conversation]
+        try:
+            shown = compiled.render(context, messages=candidate, add_generation_prompt=False)
+        except Exception:  # the template reads calls otherwise: try the next way
+            continue
+        first = first or candidate
+        if all(shown.count(n) >= without.count(n) + names.count(n) for n in set(names)):
+            first = candidate
+            break
+    *history, reply = first or candidate
+    if row.calls is None:
+        return dataclasses.replace(row, history=history)
+    calls, content = reply["tool_calls"], reply["content"]
+    return dataclasses.replace(row, history=history, calls=calls, content=content)
+
+
+def _arguments_text(call: dict[str, Any]) -> str:
+    arguments = call["function"].get("arguments")
+    return arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+
+
+def _unwritten_tools(
+    compiled: jinja2.Template,
+    context: dict,
+    row: _ChatRow,
+    prompt: str,
+    completion: str | None,
+) -> str | None:
+    """Why a row's tools or tool calls cannot be learned with this template, None if they can:
+    a template without tool support renders the same prompt without the tools, or without the
+    calls (its earlier answers that call tools would be learned as empty turns), or the same
+    completion without the answer's calls; a template that does not continue its generation
+    prompt with the answer's calls gives none to learn (such an answer is not learned alone:
+    its calls as JSON are not the model's format)."""
+    advice = (
+        ": it has no tool support (give a tool-calling model's own template, "
+        "chat_template: tokenizer)"
+    )
+    history = row.history
+    bare = [
+        {"role": m["role"], "content": m["content"] or ""} if m.get("tool_calls") else m
+        for m in history
+    ]
+    try:
+        if row.tools and prompt == compiled.render(
+            {**context, "tools": None}, messages=history, add_generation_prompt=True
+        ):
+            return "the template does not write the tools" + advice
+        if bare != history and prompt == compiled.render(
+            context, messages=bare, add_generation_prompt=True
+        ):
+            number = next(n for n, m in enumerate(history, 1) if m.get("tool_calls"))
+            return f"the template does not write the tool calls of message {number}" + advice
+    except Exception:  # the template reads what it was given: it writes them
+        pass
+    if row.calls is None:
+        return None
+    if completion is None:
+        return (
+            "the template does not write the answer's tool calls after its generation prompt: "
+            "they cannot be learned as the model writes them"
+        )
+    plain = _completion(compiled, context, history, prompt, row.content or "", None)
+    if plain == completion:
+        return "the template does not write the answer's tool calls" + advice
+    return None
+
+
 def _completion(
     compiled: jinja2.Template,
     context: dict,
     messages: list[dict[str, str]],
     prompt: str,
-    answer: str,
+    answer: str | None,
     text_special: re.Pattern[str] | None,
+    calls: list[dict[str, Any]] | None = None,
 ) -> str | None:
     """What ``compiled`` writes after ``prompt`` (rendered from ``messages``) once the answer is the
-    last message; trailing whitespace (the line break after ChatML's ``<|im_end|>``) goes, as it is
-    the next turn's separator, not something a model writes, and so does a generation prompt the
-    template writes after every conversation, ignoring ``add_generation_prompt``. Whitespace a
-    template writes after every conversation (laid out on indented lines) ends the prompt, so the
-    answer follows it without the header's own. None (the answer is learned alone) when that
-    rendering fails or does not start with the prompt (a template that writes the assistant's header
-    differently for a generation prompt), or when it holds a special token of the answer
-    (``text_special``): the markup encoding would make it the token's id, and encoding the answer
-    apart from the template's text would change its ids (SentencePiece starts every text it encodes
-    with a space)."""
-    if any(mark in answer for mark in _MARKS):
+    last message (its content, and its tool ``calls`` if it makes any); trailing whitespace (the
+    line break after ChatML's ``<|im_end|>``) goes, as it is the next turn's separator, not
+    something a model writes, and so does a generation prompt the template writes after every
+    conversation, ignoring ``add_generation_prompt``. Whitespace a template writes after every
+    conversation (laid out on indented lines) ends the prompt, so the answer follows it without the
+    header's own. None (the answer is learned alone) when that rendering fails or does not start
+    with the prompt (a template that writes the assistant's header differently for a generation
+    prompt), or when it holds a special token of the answer (``text_special``): the markup encoding
+    would make it the token's id, and encoding the answer apart from the template's text would
+    change its ids (SentencePiece starts every text it encodes with a space)."""
+    text = answer or ""  # a call's content may be null (given to the template as it is)
+    if any(mark in text for mark in _MARKS):
         return None
     content = answer
-    if text_special is not None and text_special.search(answer):
-        content = text_special.sub(_MARK_SUB, answer)
-    conversation = [*messages, {"role": "assistant", "content": content}]
+    if text_special is not None and text_special.search(text):
+        content = text = text_special.sub(_MARK_SUB, text)
+    reply: dict[str, Any] = {"role": "assistant", "content": content}
+    if calls:
+        reply["tool_calls"] = calls
+    conversation = [*messages, reply]
     try:
         full = compiled.render(context, messages=conversation, add_generation_prompt=False)
     except Exception:  # the prompt rendered: learn the answer alone
@@ -1016,7 +1191,7 @@ def _completion(
         return None
     if any(mark in completion for mark in _MARKS):
         return None  # the answer's special token is in it (whole, or cut by the template)
-    for shown in (content, content.strip()):  # a template may trim the answer
+    for shown in (text, text.strip()):  # a template may trim the answer
         start = completion.find(shown) if shown else -1
         if start >= 0:
             break
@@ -1063,8 +1238,15 @@ def _answer_regions(
             return f"the conversation up to message {index + 1}: {_error_message(err)}"
         completion = None
         if prompt.startswith(head):
+            message = messages[index]
             completion = _completion(
-                compiled, context, before, head, messages[index]["content"], text_special
+                compiled,
+                context,
+                before,
+                head,
+                message["content"],
+                text_special,
+                message.get("tool_calls"),
             )
         if completion and prompt.startswith(completion, len(head)):
             region: tuple[int, int] | None = (len(head), len(head) + len(completion))
@@ -1102,7 +1284,7 @@ def _marked_answer(
     last answer (its completion) extends the range when the prompt writes it there too: the
     turn's end after it, a lead-in (a think block) before it. None when the answer cannot be
     found so."""
-    text = "".join(message["content"] for message in messages)
+    text = json.dumps(messages, ensure_ascii=False)  # tool calls too
     mark = next((m for m in _ANSWER_MARKS if m not in text), None)
     if mark is None:
         return None
@@ -1177,14 +1359,36 @@ _MARK_SUB = f"{_MARK_START}\\g<0>{_MARK_END}"
 def _control_tokens_in(history: list[dict[str, str]], special: re.Pattern[str]) -> str | None:
     """The first control token any message's content holds (roles are chat role names)."""
     for message in history:
-        if found := special.search(message["content"]):
+        if found := special.search(message["content"] or ""):
             return found.group()
     return None
 
 
-def _marked(history: list[dict[str, str]], special: re.Pattern[str]) -> list[dict[str, str]]:
+def _control_token_in_calls(row: _ChatRow, special: re.Pattern[str]) -> str | None:
+    """Why a row's tool calls or tools are refused: one holds a control token, which the
+    template would write into the prompt (or the learned tokens) as the token itself; None when
+    none does. (Contents are checked by :func:`_control_tokens_in`.)"""
+    parts = [
+        (f"message {number} (assistant)'s tool calls", message["tool_calls"])
+        for number, message in enumerate(row.history, 1)
+        if message.get("tool_calls")
+    ]
+    parts += [("the answer's tool calls", row.calls)] if row.calls else []
+    parts += [("the tools", row.tools)] if row.tools else []
+    for where, value in parts:
+        if found := special.search(json.dumps(value, ensure_ascii=False)):
+            return (
+                f"{where} hold {found.group()!r}, a special or markup token of the tokenizer, "
+                "which the template would write as that token"
+            )
+    return None
+
+
+def _marked(history: list[dict[str, Any]], special: re.Pattern[str]) -> list[dict[str, Any]]:
     return [
-        {"role": message["role"], "content": special.sub(_MARK_SUB, message["content"])}
+        {**message, "content": special.sub(_MARK_SUB, message["content"])}
+        if message["content"]
+        else message
         for message in history
     ]
 
@@ -1192,7 +1396,9 @@ def _marked(history: list[dict[str, str]], special: re.Pattern[str]) -> list[dic
 def _held_reject(history: list[dict[str, str]], token: str) -> tuple[str, str]:
     """The ``special_token_in_chat`` reject of a conversation whose ``token`` would reach the
     prompt, naming the first message that holds it."""
-    number, role = next((n, m["role"]) for n, m in enumerate(history, 1) if token in m["content"])
+    number, role = next(
+        (n, m["role"]) for n, m in enumerate(history, 1) if token in (m["content"] or "")
+    )
     value = (
         f"message {number} ({role}) holds {token!r}, a special or markup token of the tokenizer, "
         "which the template writes into the prompt"

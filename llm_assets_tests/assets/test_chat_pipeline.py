@@ -365,3 +365,80 @@ def test_a_chat_field_the_records_lack_fails_raw_documents_naming_the_setting(tm
             run_config=chat_config(folder, chat_template="chatml"),
         )
     assert "no field 'messages' (fields: text, id)" in str(error.value)
+
+
+def test_tool_calling_conversations_learn_their_calls_end_to_end(tmp_path):
+    """OpenAI's format with tools, through Dagster with a tokenizer folder carrying Qwen2.5's
+    own template (``chat_template: tokenizer``) and ``chat_answers: all``: every row's labels
+    cover each call as Qwen writes it, in ``<tool_call>`` tags, and each answer in text, each
+    with ``<|im_end|>``; the tools are in every prompt; nothing is rejected."""
+    from llm_assets_tests.conftest import gpt2_folder
+    from llm_assets_tests.lib.test_chat_tools import QWEN25, TOOLS
+
+    tokenizer = gpt2_folder(tmp_path / "tok", ["<|im_start|>", "<|im_end|>"], special=True)
+    gpt2_folder(tokenizer, ["<tool_call>", "</tool_call>"], special=False)
+    (tokenizer / "chat_template.jinja").write_text(QWEN25, encoding="utf-8")
+    folder = tmp_path / "tools"
+    folder.mkdir()
+    cities = ["Paris", "Rome", "Lima", "Oslo", "Cairo", "Quito", "Hanoi", "Dakar"]
+    expected = {}
+    lines = []
+    for line in range(1, 25):
+        messages, learned = [], []
+        for turn in range(1 + line % 2):
+            city, temp = cities[(line + turn) % len(cities)], 10 + line + turn
+            arguments = json.dumps({"city": city})
+            call = {"id": f"c{line}x{turn}", "type": "function"}
+            call["function"] = {"name": "get_weather", "arguments": arguments}
+            answer = f"It is {temp} degrees in {city}."
+            messages += [
+                {"role": "user", "content": f"Weather in {city}, please?"},
+                {"role": "assistant", "content": None, "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": call["id"], "content": json.dumps({"t": temp})},
+                {"role": "assistant", "content": answer},
+            ]
+            learned += [
+                f'<tool_call>\n{{"name": "get_weather", "arguments": {arguments}}}\n</tool_call>'
+                "<|im_end|>",
+                answer + "<|im_end|>",
+            ]
+        expected[line] = learned
+        lines.append(json.dumps({"messages": messages, "tools": TOOLS}))
+    (folder / "tools.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    config = pipeline_run_config(
+        folder,
+        rows_per_shard=10,
+        raw_documents={"chat_field": "messages", "chat_answers": "all"},
+        normalized_documents={"preset": "none"},
+        tokenized_documents={"tokenizer": str(tokenizer), "chat_template": "tokenizer"},
+        # the generated conversations differ in a city and a number: near duplicates
+        filtered_documents={**SHORT_TEXT_FILTERS, "dedup": {"near": False}},
+        training_batches={"layout": "padded", "seq_len": 1024},
+    )
+    root = tmp_path / "wh"
+    result = dg.materialize(
+        PIPELINE_ASSET_DEFS,
+        resources={"compute": ComputeResource(), "warehouse": WarehouseResource(root=str(root))},
+        run_config=config,
+    )
+    assert result.success
+    catalog = WarehouseResource(root=str(root)).catalog()
+    assert catalog.query("SELECT stage, reason, value FROM rejects LIMIT 3") == []
+    tok = TokenizerSpec(name=str(tokenizer)).build()
+    rows = catalog.query(
+        "SELECT f.source_line, f.prompt, b.input_ids, b.labels "
+        "FROM filtered_documents f JOIN training_batches b USING (doc_id)"
+    )
+    assert len(rows) == 24
+    for line, prompt, ids, labels in rows:
+        assert prompt.startswith("<|im_start|>system\n") and '"name": "get_weather"' in prompt
+        parts, run = [], []
+        for token, label in zip(ids, labels, strict=True):
+            if label != -100:
+                run.append(token)
+            elif run:
+                parts.append(tok.decode(run))
+                run = []
+        parts += [tok.decode(run)] if run else []
+        # the last answer's EOS is the batches' own (here <|endoftext|>, GPT-2's)
+        assert [*parts[:-1], parts[-1].removesuffix("<|endoftext|>")] == expected[line]

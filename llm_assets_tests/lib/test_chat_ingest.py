@@ -119,16 +119,42 @@ BAD = [
         INVALID_CHAT,
         "role 'end' is not one of system, developer, user, assistant",
     ),
-    # tool calls are not text: the prompt would lack them
-    (
-        [
-            {"role": "user", "content": "6 x 7?"},
-            {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "calc"}}]},
-            {"role": "tool", "content": "42"},
-            {"role": "assistant", "content": "It is 42."},
-        ],
-        INVALID_CHAT,
-        "message 2 (assistant) has tool_calls: conversations that call tools are not read",
+    # tool calls a template cannot write as they were meant
+    *(
+        (
+            [
+                {"role": "user", "content": "6 x 7?", **user},
+                {"role": "assistant", "content": None, **assistant},
+                {"role": "tool", "content": "42"},
+                {"role": "assistant", "content": "It is 42."},
+            ],
+            INVALID_CHAT,
+            words,
+        )
+        for user, assistant, words in [
+            (
+                {},
+                {"function_call": {"name": "calc", "arguments": "{}"}},
+                "message 2 (assistant) has function_call, OpenAI's deprecated form of a call",
+            ),
+            (
+                {"tool_calls": [{"function": {"name": "calc"}}]},
+                {},
+                "message 1 (user) has tool_calls: only the assistant's messages call tools",
+            ),
+            (
+                {},
+                {"tool_calls": [{"function": {"name": "calc", "arguments": "{x: 6}"}}]},
+                "tool call 1 (calc) has arguments that are not JSON",
+            ),
+            (
+                {},
+                {"tool_calls": [{"function": {"name": "calc", "arguments": "[6, 7]"}}]},
+                "tool call 1 (calc) has arguments of list, not an object",
+            ),
+            ({}, {"tool_calls": [{"type": "function"}]}, "tool call 1 has no function name"),
+            ({}, {"tool_calls": {"name": "calc"}}, "has tool_calls of dict, not a list"),
+        ]
     ),
     # OpenAI's weights are 0 or 1, on assistant messages: "0" (a string) must not be learned
     *(
@@ -226,7 +252,7 @@ def test_empty_tool_calls_capitalized_roles_and_weights(tmp_path):
     assert kept["source_line"].to_pylist() == [1, 4]
     assert metadata(kept)[0][CHAT_MESSAGES] == [{"role": "user", "content": "Q"}]
     assert located(rejects) == [(2, INVALID_CHAT), (3, INVALID_CHAT)]
-    assert "has tool_calls" in rejects["value"][0].as_py()
+    assert "tool call 1 has no function name" in rejects["value"][0].as_py()
     assert "has weight 0" in rejects["value"][1].as_py()
 
 
@@ -436,3 +462,71 @@ def test_chat_answers_needs_a_chat_field_and_a_known_value():
     with pytest.raises(ValueError, match="chat_answers must be 'last', 'every' or 'all'"):
         IngestSpec(chat_field="messages", chat_answers="each")
     assert "chat_answers" not in spec_fields(CHAT)  # unset: old fingerprints stay
+
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "The weather in a city.",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        },
+    }
+]
+CALL = {
+    "id": "call_1",
+    "type": "function",
+    "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+}
+TOOL_CHAT = [
+    {"role": "user", "content": "Weather in Paris?"},
+    {"role": "assistant", "content": None, "tool_calls": [CALL]},
+    {"role": "tool", "tool_call_id": "call_1", "content": '{"temp": 20}'},
+    {"role": "assistant", "content": "It is 20 °C in Paris."},
+]
+READ_CALL = {
+    "type": "function",
+    "function": {"name": "get_weather", "arguments": {"city": "Paris"}},
+    "id": "call_1",
+}
+CALL_TEXT = '{"name":"get_weather","arguments":{"city":"Paris"}}'
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".parquet"])
+def test_conversations_that_call_tools_keep_their_calls_and_results(tmp_path, suffix):
+    """OpenAI's fine-tuning format with tools: an assistant's ``tool_calls`` (arguments a JSON
+    string, read as the object transformers documents; a null content kept) and the ``tool``
+    message answering it (its ``tool_call_id`` kept) stay in the conversation; the record's
+    ``tools`` go to the metadata, where the template finds them. An answer that calls a tool is
+    a row's text as its calls in JSON lines, the call itself in ``tool_call_answer``. Parquet's
+    structs (every field of every message, nulls where absent) read the same."""
+    records = [
+        {"id": 1, "messages": TOOL_CHAT, "tools": TOOLS},
+        {"id": 2, "messages": TOOL_CHAT[:2], "tools": TOOLS},
+    ]
+    path = tmp_path / f"c{suffix}"
+    if suffix == ".jsonl":
+        write_jsonl(path, records)
+    else:
+        pq.write_table(pa.Table.from_pylist(records), path)
+    before_call = [{"role": "user", "content": "Weather in Paris?"}]
+    called = {"role": "assistant", "content": None, "tool_calls": [READ_CALL]}
+    result = {"role": "tool", "content": '{"temp": 20}', "tool_call_id": "call_1"}
+    answer = {"content": None, "tool_calls": [READ_CALL]}
+    kept, rejects = read(path)
+    assert metadata(kept)[0]["tools"] == TOOLS
+    assert rejects.num_rows == 0
+    assert kept["text"].to_pylist() == ["It is 20 °C in Paris.", CALL_TEXT]
+    first, second = metadata(kept)
+    assert first[CHAT_MESSAGES] == [*before_call, called, result]
+    assert "tool_call_answer" not in first
+    assert second[CHAT_MESSAGES] == before_call and second["tool_call_answer"] == answer
+
+    every, _ = read(path, EVERY)
+    assert every["text"].to_pylist() == [CALL_TEXT, "It is 20 °C in Paris.", CALL_TEXT]
+    assert metadata(every)[0]["tool_call_answer"] == answer
+
+    whole, _ = read(path, ALL)
+    assert whole["text"].to_pylist() == ["It is 20 °C in Paris.", CALL_TEXT]
+    assert metadata(whole)[0][CHAT_MESSAGES] == [*before_call, {**called, "weight": 1}, result]
