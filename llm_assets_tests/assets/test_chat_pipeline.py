@@ -134,13 +134,8 @@ def test_conversations_become_batches_that_learn_the_last_answer_only(tmp_path, 
         assert labels[n:] == [-100] * (len(labels) - n) and sum(mask) == n
 
 
-def materialize_every_answer(
-    folder: Path, root: Path, **batches: object
-) -> tuple[dg.ExecuteInProcessResult, Catalog]:
-    """The pipeline over ``folder`` with ``chat_answers: every`` and ChatML, in process."""
-    config = chat_config(folder, chat_template="chatml")
-    config["ops"]["raw_documents"]["config"]["chat_answers"] = "every"
-    config["ops"]["training_batches"]["config"].update(batches)
+def materialize_in_process(config: dict, root: Path) -> tuple[dg.ExecuteInProcessResult, Catalog]:
+    """The pipeline with ``config`` in process, into a warehouse at ``root``: it succeeds."""
     result = dg.materialize(
         PIPELINE_ASSET_DEFS,
         resources={"compute": ComputeResource(), "warehouse": WarehouseResource(root=str(root))},
@@ -148,6 +143,16 @@ def materialize_every_answer(
     )
     assert result.success
     return result, WarehouseResource(root=str(root)).catalog()
+
+
+def materialize_every_answer(
+    folder: Path, root: Path, **batches: object
+) -> tuple[dg.ExecuteInProcessResult, Catalog]:
+    """The pipeline over ``folder`` with ``chat_answers: every`` and ChatML, in process."""
+    config = chat_config(folder, chat_template="chatml")
+    config["ops"]["raw_documents"]["config"]["chat_answers"] = "every"
+    config["ops"]["training_batches"]["config"].update(batches)
+    return materialize_in_process(config, root)
 
 
 def test_chat_answers_every_learns_each_answer_in_its_own_row(tmp_path):
@@ -231,14 +236,7 @@ def test_chat_answers_all_learns_every_answer_in_one_row_per_conversation(tmp_pa
     config = chat_config(folder, chat_template="chatml")
     config["ops"]["raw_documents"]["config"]["chat_answers"] = "all"
     config["ops"]["training_batches"]["config"]["seq_len"] = SEQ_LEN
-    root = tmp_path / "wh"
-    result = dg.materialize(
-        PIPELINE_ASSET_DEFS,
-        resources={"compute": ComputeResource(), "warehouse": WarehouseResource(root=str(root))},
-        run_config=config,
-    )
-    assert result.success
-    catalog = WarehouseResource(root=str(root)).catalog()
+    result, catalog = materialize_in_process(config, tmp_path / "wh")
     (event,) = result.asset_materializations_for_node("tokenized_documents")
     example = event.metadata["sft_example"].value
     assert "**Masked**" in example and example.count("**Learned**") > 1
@@ -415,14 +413,7 @@ def test_tool_calling_conversations_learn_their_calls_end_to_end(tmp_path):
         filtered_documents={**SHORT_TEXT_FILTERS, "dedup": {"near": False}},
         training_batches={"layout": "padded", "seq_len": 1024},
     )
-    root = tmp_path / "wh"
-    result = dg.materialize(
-        PIPELINE_ASSET_DEFS,
-        resources={"compute": ComputeResource(), "warehouse": WarehouseResource(root=str(root))},
-        run_config=config,
-    )
-    assert result.success
-    catalog = WarehouseResource(root=str(root)).catalog()
+    _, catalog = materialize_in_process(config, tmp_path / "wh")
     assert catalog.query("SELECT stage, reason, value FROM rejects LIMIT 3") == []
     tok = TokenizerSpec(name=str(tokenizer)).build()
     rows = catalog.query(

@@ -99,6 +99,14 @@ def test_the_learned_tokens_are_transformers_assistant_mask(tmp_path: Path):
     assert learned == mask[:n] and sum(learned) == sum(mask)
 
 
+@pytest.fixture(scope="module")
+def qwen3_folder(tmp_path_factory) -> Path:
+    """GPT-2 with Qwen's ChatML tokens (special) and think tags (markup, not special)."""
+    folder = tmp_path_factory.mktemp("qwen3")
+    gpt2_folder(folder, ["<|im_start|>", "<|im_end|>"], special=True)
+    return gpt2_folder(folder, ["<think>", "</think>"], special=False)
+
+
 QWEN3_LIKE = (
     "{% for m in messages %}{% if m['role'] == 'assistant' %}"
     "{% set content = m['content'] %}{% set reasoning = '' %}"
@@ -115,23 +123,21 @@ QWEN3_LIKE = (
 block (empty when it has none)."""
 
 
-def test_an_earlier_answer_without_its_reasoning_is_learned_as_written(tmp_path: Path):
+def test_an_earlier_answer_without_its_reasoning_is_learned_as_written(qwen3_folder: Path):
     """Qwen3 writes an earlier answer without its reasoning (and without the think block a last
     answer gets): the learned tokens are the answer as the prompt holds it and its turn's end.
     The prompt is transformers' rendering: the think tags (tokens of their own) are checked
     not to be written, but the template renders the messages as they are."""
-    folder = gpt2_folder(tmp_path / "tok", ["<|im_start|>", "<|im_end|>"], special=True)
-    gpt2_folder(folder, ["<think>", "</think>"], special=False)
     history = [
         {"role": "user", "content": "What is 2+2?"},
         {"role": "assistant", "content": "<think>\nadd them\n</think>\n\nIt is 4.", "weight": 1},
         {"role": "user", "content": "And 3+3?"},
     ]
-    spec = TokenizerSpec(name=str(folder), chat_template=QWEN3_LIKE)
+    spec = TokenizerSpec(name=str(qwen3_folder), chat_template=QWEN3_LIKE)
     (row,) = tokenize_table(_table([history], [ANSWER]), spec).kept.to_pylist()
     from transformers import AutoTokenizer
 
-    reference = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    reference = AutoTokenizer.from_pretrained(str(qwen3_folder), local_files_only=True)
     messages = [{"role": m["role"], "content": m["content"]} for m in history]
     rendered = reference.apply_chat_template(
         messages, chat_template=QWEN3_LIKE, add_generation_prompt=True, tokenize=False
@@ -144,12 +150,10 @@ def test_an_earlier_answer_without_its_reasoning_is_learned_as_written(tmp_path:
     ]
 
 
-def test_an_answer_the_template_writes_as_nothing_learns_its_turns_end(tmp_path: Path):
+def test_an_answer_the_template_writes_as_nothing_learns_its_turns_end(qwen3_folder: Path):
     """An earlier answer that is only reasoning is written as nothing but its turn's end by
     Qwen3 (which drops an earlier answer's reasoning): that end is learned, the row kept. An
     answer holding the private-use character used to find answers is found with another."""
-    folder = gpt2_folder(tmp_path / "tok", ["<|im_start|>", "<|im_end|>"], special=True)
-    gpt2_folder(folder, ["<think>", "</think>"], special=False)
     history = [
         {"role": "user", "content": "Think first."},
         {"role": "assistant", "content": "<think>\nhmm\n</think>", "weight": 1},
@@ -157,7 +161,7 @@ def test_an_answer_the_template_writes_as_nothing_learns_its_turns_end(tmp_path:
         {"role": "assistant", "content": "A private-use character: \ue002.", "weight": 1},
         {"role": "user", "content": "Thanks."},
     ]
-    spec = TokenizerSpec(name=str(folder), chat_template=QWEN3_LIKE)
+    spec = TokenizerSpec(name=str(qwen3_folder), chat_template=QWEN3_LIKE)
     result = tokenize_table(_table([history], [ANSWER]), spec)
     assert result.rejects.num_rows == 0
     (row,) = result.kept.to_pylist()
