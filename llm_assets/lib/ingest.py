@@ -667,7 +667,10 @@ def _tool_calls(number: int, role: str, value: Any) -> list[dict[str, Any]] | No
     if role != _ASSISTANT:
         raise ChatError(f"{where} has tool_calls: only the assistant's messages call tools")
     if isinstance(value, str):
-        value = orjson.loads(value)  # _holds_calls read it
+        try:
+            value = orjson.loads(value)
+        except orjson.JSONDecodeError as error:
+            raise ChatError(f"{where} has tool_calls that are not JSON: {error}") from None
     if not isinstance(value, list):
         raise ChatError(f"{where} has tool_calls of {_kind(value)}, not a list of calls")
     calls = []
@@ -692,8 +695,9 @@ def _tool_calls(number: int, role: str, value: Any) -> list[dict[str, Any]] | No
                 f"{where}'s tool call {index} ({name[:40]}) has arguments of "
                 f"{_kind(arguments)}, not an object"
             )
+        kind = call.get("type") if isinstance(call.get("type"), str) else None
         read: dict[str, Any] = {
-            "type": "function",
+            "type": kind or "function",
             "function": {"name": name, "arguments": arguments},
         }
         if isinstance(call.get("id"), str) and call["id"]:
@@ -758,6 +762,8 @@ def _chat_documents(
                 f"the record has a field {name!r} beside the chat field {chat_field!r}: the "
                 f"conversation is stored as {name!r}, which would hide it"
             )
+    if TOOLS in others:
+        others[TOOLS] = _tools(others[TOOLS])
     if answers == ALL_ANSWERS:
         numbers = {number for number, _, _ in learned}
         number, text, history = learned[-1]
@@ -772,6 +778,25 @@ def _chat_documents(
         for number, text, history in learned
         for part in [None if last is None or number == last else number]
     ]
+
+
+TOOLS = "tools"
+"""The field of a chat record holding the tools (function definitions) its template writes."""
+
+
+def _tools(value: Any) -> list[Any] | None:
+    """A chat record's ``tools``: a list of definitions, read from JSON text too (a CSV cell, a
+    string column); null or empty text is none. :class:`ChatError` for anything else."""
+    if isinstance(value, str):
+        if not value.strip():
+            return None
+        try:
+            value = orjson.loads(value)
+        except orjson.JSONDecodeError as error:
+            raise ChatError(f"the record's tools are text that is not JSON: {error}") from None
+    if value is not None and not isinstance(value, list):
+        raise ChatError(f"the record's tools are {_kind(value)}, not a list of tools")
+    return value
 
 
 def _chat_metadata(
@@ -1720,10 +1745,39 @@ def _parquet_chats(
     ):
         try:
             others_of_row = orjson.loads(fields) if fields else {}
+            if others_of_row.get(TOOLS) is not None:
+                others_of_row[TOOLS] = _without_nulls(others_of_row[TOOLS])
+            value = _pruned_arguments(value)
             chats[row] = _chat_documents(value, others_of_row, chat_field, answers)
         except ChatError as error:
             problems[row] = (INVALID_CHAT, str(error))
     return chats
+
+
+def _without_nulls(value: Any) -> Any:
+    """``value`` without the object keys whose value is null, at any depth: Parquet gives every
+    struct every field of its column, so a tool's definition would gain the properties of the
+    others (``"tz": null``), written into the prompt."""
+    if isinstance(value, dict):
+        return {key: _without_nulls(item) for key, item in value.items() if item is not None}
+    if isinstance(value, list):
+        return [_without_nulls(item) for item in value]
+    return value
+
+
+def _pruned_arguments(value: Any) -> Any:
+    """A Parquet conversation with its tool calls' object arguments :func:`_without_nulls` (a
+    call would be learned with the arguments of the others). Arguments stored as JSON text, as
+    OpenAI's format has them, keep their nulls."""
+    if not isinstance(value, list):
+        return value
+    for message in value:
+        calls = message.get("tool_calls") if isinstance(message, dict) else None
+        for call in calls if isinstance(calls, list) else ():
+            function = call.get("function") if isinstance(call, dict) else None
+            if isinstance(function, dict) and isinstance(function.get("arguments"), dict):
+                function["arguments"] = _without_nulls(function["arguments"])
+    return value
 
 
 def _plain_strings(column: pa.Array) -> pa.Array:

@@ -447,27 +447,43 @@ def _metadata_candidates(metadata: pa.Array, kinds: Sequence[str]) -> np.ndarray
     return rows[hit]
 
 
-def _json_strings(value: object, out: list[str]) -> None:
+_TEXT_NUMBERS_UNDER = "arguments"
+"""The object key under which numbers are redacted as texts are: a tool call's arguments,
+which templates write into the prompt and the learned tokens as text (a card number given as a
+JSON number). Other numbers of the metadata (ids, counts) are data, left alone."""
+
+
+def _json_strings(value: object, out: list[str], numbers: bool = False) -> None:
     """Append every string value inside a parsed JSON value (object values, list items, at any
-    depth; not object keys) to ``out``, in document order."""
+    depth; not object keys) to ``out``, in document order; with ``numbers`` (under
+    :data:`_TEXT_NUMBERS_UNDER`), every integer's text too."""
     if isinstance(value, str):
         out.append(value)
+    elif numbers and isinstance(value, int) and not isinstance(value, bool):
+        out.append(str(value))
     elif isinstance(value, dict):
-        for item in value.values():
-            _json_strings(item, out)
+        for key, item in value.items():
+            _json_strings(item, out, numbers or key == _TEXT_NUMBERS_UNDER)
     elif isinstance(value, list):
         for item in value:
-            _json_strings(item, out)
+            _json_strings(item, out, numbers)
 
 
-def _json_replace_strings(value: object, new: Iterator[str]) -> object:
-    """``value`` with its string values replaced, in :func:`_json_strings` order, from ``new``."""
+def _json_replace_strings(value: object, new: Iterator[str], numbers: bool = False) -> object:
+    """``value`` with its string values replaced, in :func:`_json_strings` order, from ``new``
+    (an integer by its redacted text when redacting changed it)."""
     if isinstance(value, str):
         return next(new)
+    if numbers and isinstance(value, int) and not isinstance(value, bool):
+        text = next(new)
+        return value if text == str(value) else text
     if isinstance(value, dict):
-        return {key: _json_replace_strings(item, new) for key, item in value.items()}
+        return {
+            key: _json_replace_strings(item, new, numbers or key == _TEXT_NUMBERS_UNDER)
+            for key, item in value.items()
+        }
     if isinstance(value, list):
-        return [_json_replace_strings(item, new) for item in value]
+        return [_json_replace_strings(item, new, numbers) for item in value]
     return value
 
 
@@ -476,7 +492,8 @@ def redact_metadata(
 ) -> tuple[pa.Array, np.ndarray]:
     """Redact PII in the string values of JSON metadata (one JSON text, or null, per row).
 
-    Every string value at any depth is redacted like a text (:func:`redact_pii`); object keys,
+    Every string value at any depth is redacted like a text (:func:`redact_pii`), and so are the
+    integers of a tool call's arguments (:data:`_TEXT_NUMBERS_UNDER`); object keys, other
     numbers, booleans and nulls are left alone. A row with a redaction is written back as compact
     JSON (non-ASCII unescaped, as ingest writes it); every other row keeps its exact text, and so
     does a row that is not valid JSON (nothing can render a prompt from it either). Returns the

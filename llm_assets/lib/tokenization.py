@@ -904,6 +904,11 @@ def _chat_history(raw: str | None) -> _ChatRow | str:
         history.append({key: message[key] for key in _MESSAGE_KEYS if message.get(key)})
         history[-1]["content"] = message["content"]
     tools = record.get("tools")
+    if isinstance(tools, str):  # JSON text (rows read without chat_field)
+        try:
+            tools = json.loads(tools) if tools.strip() else None
+        except ValueError:
+            return "tools (text that is not JSON)"
     if tools is not None and not isinstance(tools, list):
         return "tools (not a list of tools)"
     answer = record.get(CHAT_TOOL_ANSWER)
@@ -1078,8 +1083,8 @@ def _renderable_calls(compiled: jinja2.Template, context: dict, row: _ChatRow) -
     except Exception:
         without = ""
     first = None
-    for empty, text in ((True, False), (True, True), (False, False), (False, True)):
-        candidate = [variant(m, empty, text) for m in conversation]
+    ways = [[variant(m, empty, text) for m in conversation] for empty, text in _CALL_WAYS]
+    for candidate in ways:
         try:
             shown = compiled.render(context, messages=candidate, add_generation_prompt=False)
         except Exception:  # the template reads calls otherwise: try the next way
@@ -1088,11 +1093,17 @@ def _renderable_calls(compiled: jinja2.Template, context: dict, row: _ChatRow) -
         if all(shown.count(n) >= without.count(n) + names.count(n) for n in set(names)):
             first = candidate
             break
-    *history, reply = first or candidate
+    # None renders: the first way, whose error is the template's own ("roles must alternate")
+    *history, reply = first or ways[0]
     if row.calls is None:
         return dataclasses.replace(row, history=history)
     calls, content = reply["tool_calls"], reply["content"]
     return dataclasses.replace(row, history=history, calls=calls, content=content)
+
+
+_CALL_WAYS = ((True, False), (True, True), (False, False), (False, True))
+"""The ways :func:`_renderable_calls` tries, in order: (a null content as empty text, the
+arguments as JSON text)."""
 
 
 def _arguments_text(call: dict[str, Any]) -> str:
@@ -1117,6 +1128,9 @@ def _unwritten_tools(
         ": it has no tool support (give a tool-calling model's own template, "
         "chat_template: tokenizer)"
     )
+    tools_advice = (
+        ": it takes none (write their definitions into the system message, or leave the field out)"
+    )
     history = row.history
     bare = [
         {"role": m["role"], "content": m["content"] or ""} if m.get("tool_calls") else m
@@ -1126,7 +1140,7 @@ def _unwritten_tools(
         if row.tools and prompt == compiled.render(
             {**context, "tools": None}, messages=history, add_generation_prompt=True
         ):
-            return "the template does not write the tools" + advice
+            return "the template does not write the record's tools" + tools_advice
         if bare != history and prompt == compiled.render(
             context, messages=bare, add_generation_prompt=True
         ):
@@ -1137,9 +1151,15 @@ def _unwritten_tools(
     if row.calls is None:
         return None
     if completion is None:
+        answer = {"role": "assistant", "content": row.content, "tool_calls": row.calls}
+        try:
+            compiled.render(context, messages=[*history, answer], add_generation_prompt=False)
+        except Exception as err:  # the template's own reason
+            return _error_message(err)
         return (
-            "the template does not write the answer's tool calls after its generation prompt: "
-            "they cannot be learned as the model writes them"
+            "the template writes the conversation ending with the answer's tool calls otherwise "
+            "than its prompt followed by them: the calls cannot be learned as the model writes "
+            "them after that prompt"
         )
     plain = _completion(compiled, context, history, prompt, row.content or "", None)
     if plain == completion:
@@ -1253,11 +1273,13 @@ def _answer_regions(
         else:
             region = _marked_answer(compiled, context, messages, index, prompt, head)
         if region is None or (regions and region[0] < regions[-1][1]):
-            return (
+            found = (
                 f"message {index + 1} (assistant), an answer to learn, is not found where the "
-                "template writes the conversation (it writes it twice, or otherwise than last): "
-                "chat_answers: every learns it in a row of its own"
+                "template writes the conversation (it writes it twice, or otherwise than last)"
             )
+            if messages[index].get("tool_calls"):
+                return found
+            return found + ": chat_answers: every learns it in a row of its own"
         if region[0] < region[1]:  # else the template writes nothing of it there
             regions.append(region)
     return regions
@@ -1372,6 +1394,12 @@ def _control_token_in_calls(row: _ChatRow, special: re.Pattern[str]) -> str | No
         (f"message {number} (assistant)'s tool calls", message["tool_calls"])
         for number, message in enumerate(row.history, 1)
         if message.get("tool_calls")
+    ]
+    parts += [
+        (f"message {number} ({message['role']})'s {key}", message[key])
+        for number, message in enumerate(row.history, 1)
+        for key in ("tool_call_id", "name")
+        if message.get(key)
     ]
     parts += [("the answer's tool calls", row.calls)] if row.calls else []
     parts += [("the tools", row.tools)] if row.tools else []

@@ -154,6 +154,7 @@ BAD = [
             ),
             ({}, {"tool_calls": [{"type": "function"}]}, "tool call 1 has no function name"),
             ({}, {"tool_calls": {"name": "calc"}}, "has tool_calls of dict, not a list"),
+            ({}, {"tool_calls": "calc(6, 7)"}, "has tool_calls that are not JSON"),
         ]
     ),
     # OpenAI's weights are 0 or 1, on assistant messages: "0" (a string) must not be learned
@@ -530,3 +531,42 @@ def test_conversations_that_call_tools_keep_their_calls_and_results(tmp_path, su
     whole, _ = read(path, ALL)
     assert whole["text"].to_pylist() == ["It is 20 °C in Paris.", CALL_TEXT]
     assert metadata(whole)[0][CHAT_MESSAGES] == [*before_call, {**called, "weight": 1}, result]
+
+
+def test_tools_as_json_text_and_parquet_structs_read_as_they_were_written(tmp_path):
+    """A CSV cell (or a string column) holds the tools as JSON text: read as the list (an empty
+    cell: none; text that is not a list of tools: ``invalid_chat``). Parquet gives every struct
+    every field of its column: a tool's definition and a call's object arguments lose the
+    fields that are null there, which are another tool's or call's."""
+    other_tool = {
+        "type": "function",
+        "function": {
+            "name": "get_time",
+            "description": "The time in a time zone.",
+            "parameters": {"type": "object", "properties": {"tz": {"type": "string"}}},
+        },
+    }
+    tools = [*TOOLS, other_tool]
+    cells = [json.dumps(tools), "", '{"name": "x"}']
+    chat = json.dumps(TOOL_CHAT).replace('"', '""')
+    rows = "".join(f'"{chat}","{cell.replace(chr(34), chr(34) * 2)}"\n' for cell in cells)
+    path = tmp_path / "c.csv"
+    path.write_text("messages,tools\n" + rows, encoding="utf-8")
+    kept, rejects = read(path)
+    assert [m.get("tools") for m in metadata(kept)] == [tools, None]
+    assert located(rejects) == [(3, INVALID_CHAT)]  # CSV: the record's number
+    assert "the record's tools are dict, not a list of tools" in rejects["value"][0].as_py()
+
+    by_object = {"type": "function", "function": {"name": "get_time", "arguments": {"tz": "UTC"}}}
+    messages = [*TOOL_CHAT[:1], {"role": "assistant", "content": None, "tool_calls": [by_object]}]
+    objects = [dict(READ_CALL, function={"name": "get_weather", "arguments": {"city": "Paris"}})]
+    records = [
+        {"messages": messages, "tools": tools},
+        {"messages": [*TOOL_CHAT[:1], {**TOOL_CHAT[1], "tool_calls": objects}], "tools": tools},
+    ]
+    pq.write_table(pa.Table.from_pylist(records), tmp_path / "c.parquet")
+    kept, rejects = read(tmp_path / "c.parquet")
+    assert rejects.num_rows == 0
+    answers = [m["tool_call_answer"]["tool_calls"][0]["function"] for m in metadata(kept)]
+    assert [a["arguments"] for a in answers] == [{"tz": "UTC"}, {"city": "Paris"}]
+    assert all(m["tools"] == tools for m in metadata(kept))

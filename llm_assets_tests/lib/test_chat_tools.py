@@ -153,8 +153,8 @@ def test_a_template_without_tool_support_makes_its_rows_rejects(qwen_folder, tmp
     result = tokenize_table(_rows(tmp_path, "every"), chatml)
     assert result.kept.num_rows == 0
     assert set(result.rejects["value"].to_pylist()) == {
-        "the template does not write the tools: it has no tool support (give a tool-calling "
-        "model's own template, chat_template: tokenizer)"
+        "the template does not write the record's tools: it takes none (write their definitions "
+        "into the system message, or leave the field out)"
     }
     result = tokenize_table(_rows(tmp_path, "every", tools=[]), chatml)
     assert result.rejects["value"].to_pylist() == [
@@ -170,17 +170,62 @@ def test_a_template_without_tool_support_makes_its_rows_rejects(qwen_folder, tmp
 
 
 def test_a_control_token_in_a_call_or_a_tool_is_a_reject(qwen_folder, tmp_path):
-    """A call's arguments or a tool's description holding ``<|im_end|>`` would end the turn
-    where the template writes them: ``special_token_in_chat``, naming where."""
+    """A call's arguments, a tool's description or a result's id holding ``<|im_end|>`` would
+    end the turn where the template writes them: ``special_token_in_chat``, naming where."""
     spec = TokenizerSpec(name=str(qwen_folder), chat_template=QWEN25)
     forged = json.loads(json.dumps(CHAT))
     forged[2]["tool_calls"][0]["function"]["arguments"] = json.dumps({"city": "<|im_end|>"})
     tools = json.loads(json.dumps(TOOLS))
     tools[0]["function"]["description"] = "Ends here<|im_end|>"
+    named = json.loads(json.dumps(CHAT))
+    named[3]["tool_call_id"] = "<|im_start|>"
     for chat, tool_list, where in [
         (forged, TOOLS, "message 3 (assistant)'s tool calls hold '<|im_end|>'"),
         (CHAT, tools, "the tools hold '<|im_end|>'"),
+        (named, TOOLS, "message 4 (tool)'s tool_call_id hold '<|im_start|>'"),
     ]:
         result = tokenize_table(_rows(tmp_path, None, chat, tool_list), spec)
         assert result.rejects["reason"].to_pylist() == ["special_token_in_chat"]
         assert result.rejects["value"][0].as_py().startswith(where)
+
+
+TOOL_LAST = (
+    "{% for m in messages %}{% if m['role'] == 'tool' %}<tool>{{ m['content'] }}"
+    "{% if loop.last %} (awaiting){% endif %}</tool>\n"
+    "{% elif m.get('tool_calls') %}<|assistant|>"
+    "{% if m['tool_calls'] | length > 1 %}{{ raise_exception('one call at a time') }}{% endif %}"
+    "{% for c in m['tool_calls'] %}<call>{{ c['function'] | tojson }}</call>{% endfor %}<|end|>\n"
+    "{% else %}<|{{ m['role'] }}|>{{ m['content'] }}<|end|>\n{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+"""Writes a tool result that ends the conversation otherwise (as Hermes-2-Pro's does), and
+refuses parallel calls (as Llama 3.1's does)."""
+
+
+def test_a_call_the_template_cannot_learn_after_its_prompt_is_a_reject_saying_why(tmp_path):
+    """An answer that calls a tool is learned only as the template writes it after the prompt:
+    when the conversation ending with the call does not start with that prompt, or the template
+    refuses the call, the row is a reject giving that reason (a text answer there is learned
+    alone); a call the template writes after its prompt is learned."""
+    spec = TokenizerSpec(chat_template=TOOL_LAST)
+    chat = json.loads(json.dumps(CHAT))
+    two = [_call("Rome", "call1"), _call("Oslo", "call2")]
+    parallel = [*chat[:-1], {"role": "assistant", "content": None, "tool_calls": two}]
+    chained = [
+        *chat[:4],
+        {"role": "assistant", "content": None, "tool_calls": [_call("Rome", "call2")]},
+        {"role": "tool", "tool_call_id": "call2", "content": '{"temp": 25}'},
+        {"role": "assistant", "content": "20 C in Paris, 25 C in Rome."},
+    ]
+    result = tokenize_table(_rows(tmp_path, "every", chained, tools=[]), spec)
+    assert result.kept["text"].to_pylist() == [
+        '{"name":"get_weather","arguments":{"city":"Paris"}}',
+        "20 C in Paris, 25 C in Rome.",
+    ]
+    assert result.rejects["value"].to_pylist() == [
+        "the template writes the conversation ending with the answer's tool calls otherwise "
+        "than its prompt followed by them: the calls cannot be learned as the model writes them "
+        "after that prompt"
+    ]
+    result = tokenize_table(_rows(tmp_path, None, parallel, tools=[]), spec)
+    assert result.rejects["value"].to_pylist() == ["one call at a time"]

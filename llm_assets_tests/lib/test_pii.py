@@ -533,3 +533,22 @@ def test_a_long_run_of_numbers_is_scanned_in_linear_time():
     redacted = str(redacted)
     assert redacted.count("<CREDIT_CARD>") == 1 and counts.tolist() == [1]
     assert redacted.replace(" <CREDIT_CARD> ", " ") == f"{numbers} {numbers}"
+
+
+def test_numbers_of_tool_call_arguments_are_redacted_as_text_and_no_other_number():
+    """A tool call's arguments are written into the prompt and the learned tokens as text: a
+    card number given as a JSON number is redacted there (the row's text, the calls as JSON,
+    is redacted as a text). Every other number of the metadata (an id, a count) is data."""
+    card = 4111111111111111
+    call = {"type": "function", "function": {"name": "pay", "arguments": {"card": card, "n": 3}}}
+    record = {
+        "id": card,
+        "messages": [{"role": "assistant", "content": None, "tool_calls": [call]}],
+        "tool_call_answer": {"content": None, "tool_calls": [call]},
+    }
+    out, total = redact_metadata([json.dumps(record)])
+    redacted = json.loads(out[0].as_py())
+    assert redacted["id"] == card and total.tolist() == [2]
+    answer = redacted["tool_call_answer"]
+    for calls in (redacted["messages"][0]["tool_calls"], answer["tool_calls"]):
+        assert calls[0]["function"]["arguments"] == {"card": "<CREDIT_CARD>", "n": 3}
