@@ -755,10 +755,12 @@ def run_raw_documents(
     asset = RAW_DOCUMENTS
     # Resolved: the same folder given as a relative, absolute or linked path is one config.
     resolved = str(Path(input_dir).expanduser().resolve())
-    config = {"input_dir": resolved, "rows_per_shard": rows_per_shard, **spec_fields(spec)}
-    stage_fp = fingerprint(
-        asset, STAGE_CODE_VERSIONS[asset], {**spec_fields(spec), "rows": rows_per_shard}
-    )
+    fields = spec_fields(spec)
+    if spec.chat_field is not None:
+        # 2: tool calls are read (they were invalid_chat rejects) and weights must be 0 or 1.
+        fields["chat_reader"] = 2
+    config = {"input_dir": resolved, "rows_per_shard": rows_per_shard, **fields}
+    stage_fp = fingerprint(asset, STAGE_CODE_VERSIONS[asset], {**fields, "rows": rows_per_shard})
     folder = stage_dir(ctx.warehouse_root, asset, stage_fp)
     planned: list[_Planned] = []
     ignored: list[str] = []

@@ -415,6 +415,11 @@ def test_tool_calling_conversations_learn_their_calls_end_to_end(tmp_path):
     )
     _, catalog = materialize_in_process(config, tmp_path / "wh")
     assert catalog.query("SELECT stage, reason, value FROM rejects LIMIT 3") == []
+    # chat warehouses of before tool calls were read (their rejects) are not reused
+    (raw_config,) = catalog.query(
+        "SELECT config FROM materializations WHERE asset = 'raw_documents'"
+    )[0]
+    assert json.loads(raw_config)["chat_reader"] == 2
     tok = TokenizerSpec(name=str(tokenizer)).build()
     rows = catalog.query(
         "SELECT f.source_line, f.prompt, b.input_ids, b.labels "
