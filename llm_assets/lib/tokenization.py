@@ -842,7 +842,7 @@ def _special_pattern(tokens: tuple[str, ...]) -> re.Pattern[str] | None:
     return re.compile("|".join(map(re.escape, sorted(tokens, key=len, reverse=True))))
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class _ChatRow:
     """What a chat row's metadata gives its template (:func:`_chat_history`)."""
 
@@ -856,6 +856,11 @@ class _ChatRow:
     """The answer's tool calls (:data:`CHAT_TOOL_ANSWER`), if it makes any."""
     content: str | None
     """The content of an answer that calls tools (its row's text is the calls as JSON)."""
+    tooled: bool = False
+    """Whether anything of tools is there: tools, calls or a tool result's keys (the checks and
+    ways of :func:`_renderable_calls` apply)."""
+    calling: bool = False
+    """Whether the answer or an earlier message calls tools."""
 
 
 def _chat_history(raw: str | None) -> _ChatRow | str:
@@ -876,33 +881,37 @@ def _chat_history(raw: str | None) -> _ChatRow | str:
         return f"{CHAT_MESSAGES} (not a list)"
     history = []
     learned = []
+    tooled = calling = False
     for number, message in enumerate(messages, 1):
-        content = message.get("content") if isinstance(message, Mapping) else None
-        if not (
-            isinstance(message, Mapping)
-            and isinstance(message.get("role"), str)
-            and (isinstance(content, str) or (content is None and message.get("tool_calls")))
+        if not isinstance(message, Mapping):
+            return f"{CHAT_MESSAGES} (message {number} is not a role and a content string)"
+        role, content = message.get("role"), message.get("content")
+        calls = message.get("tool_calls")
+        if not isinstance(role, str) or not (
+            isinstance(content, str) or (content is None and calls)
         ):
             return f"{CHAT_MESSAGES} (message {number} is not a role and a content string)"
-        if message["role"] not in CHAT_ROLE_NAMES:
-            role = message["role"][:40]
-            return f"{CHAT_MESSAGES} (message {number}'s role {role!r} is not a chat role)"
-        weight = message.get("weight")
-        if weight is not None and (isinstance(weight, bool) or weight not in (0, 1)):
-            return f"{CHAT_MESSAGES} (message {number}'s weight {weight!r} is not 0 or 1)"
-        if weight == 1:
-            if message["role"] != "assistant":
-                role = message["role"]
-                return (
-                    f"{CHAT_MESSAGES} (message {number} ({role}) has weight 1: only assistant "
-                    "messages are learned)"
-                )
-            learned.append(number - 1)
-        if message.get("tool_calls") is not None and not _are_calls(message["tool_calls"]):
-            return f"{CHAT_MESSAGES} (message {number}'s tool_calls are not a list of calls)"
-        # The keys templates read, not the weight (templates do not know it).
-        history.append({key: message[key] for key in _MESSAGE_KEYS if message.get(key)})
-        history[-1]["content"] = message["content"]
+        if role not in CHAT_ROLE_NAMES:
+            return f"{CHAT_MESSAGES} (message {number}'s role {role[:40]!r} is not a chat role)"
+        entry = {"role": role, "content": content}
+        if len(message) > 2:  # weight, tool keys
+            weight = message.get("weight")
+            if weight is not None and (isinstance(weight, bool) or weight not in (0, 1)):
+                return f"{CHAT_MESSAGES} (message {number}'s weight {weight!r} is not 0 or 1)"
+            if weight == 1:
+                if role != "assistant":
+                    return (
+                        f"{CHAT_MESSAGES} (message {number} ({role}) has weight 1: only "
+                        "assistant messages are learned)"
+                    )
+                learned.append(number - 1)
+            if calls is not None and not _are_calls(calls):
+                return f"{CHAT_MESSAGES} (message {number}'s tool_calls are not a list of calls)"
+            # The keys templates read, not the weight (templates do not know it).
+            entry.update((key, message[key]) for key in _TOOL_KEYS if message.get(key))
+        history.append(entry)
+        tooled = tooled or len(entry) > 2
+        calling = calling or calls is not None
     tools = record.get("tools")
     if isinstance(tools, str):  # JSON text (rows read without chat_field)
         try:
@@ -924,11 +933,14 @@ def _chat_history(raw: str | None) -> _ChatRow | str:
         tools,
         None if answer is None else answer["tool_calls"],
         None if answer is None else answer["content"],
+        tooled=tooled or bool(tools) or answer is not None,
+        calling=calling or answer is not None,
     )
 
 
-_MESSAGE_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name")
-"""The keys of a message a template is given (transformers' chat format)."""
+_TOOL_KEYS = ("tool_calls", "tool_call_id", "name")
+"""The keys of a message a template is given besides its role and content (transformers' chat
+format)."""
 
 
 def _are_calls(value: Any) -> bool:
@@ -992,10 +1004,14 @@ def render_chat(
         regions: list[tuple[int, int]] = []
         if isinstance(read, str):
             reject = (MISSING_PROMPT_FIELD, read)
-        elif special is not None and (structured := _control_token_in_calls(read, special)):
+        elif (
+            read.tooled
+            and special is not None
+            and (structured := _control_token_in_calls(read, special))
+        ):
             reject = (SPECIAL_TOKEN_IN_CHAT, structured[:SAMPLE_CHARS])
         else:
-            calling = read.calls is not None or any(m.get("tool_calls") for m in read.history)
+            calling = read.calling
             if calling:
                 read = _renderable_calls(compiled, {**variables, "documents": None}, read)
             history, learned = read.history, read.learned
