@@ -56,18 +56,19 @@ class RawDocumentsConfig(dg.Config):
         None,
         description=(
             "Chat SFT: the field or column holding a conversation (a list of {role, content} "
-            "messages, or ShareGPT's {from, value}) instead of text_field: the last message, the "
-            "assistant's, is the text (learned); the messages before it are the prompt, rendered "
-            "by tokenized_documents' chat_template"
+            "messages, or ShareGPT's {from, value}; tool calls and results read too) instead of "
+            "text_field: an assistant's message is the text (learned, see chat_answers); the "
+            "messages before it are the prompt, rendered by tokenized_documents' chat_template"
         ),
     )
     chat_answers: Literal["last", "every", "all"] = Field(
         "last",
         description=(
             "With chat_field: 'last' learns each conversation's last message (one row per "
-            "conversation); 'every' gives one row per assistant message, each with the whole "
-            "conversation before it as its prompt; 'all' gives one row per conversation that "
-            "learns every assistant message where it stands (the loss masks the other turns)"
+            "conversation); 'every' gives one row per assistant message (not empty, not of "
+            "weight 0), each with the whole conversation before it as its prompt; 'all' gives "
+            "one row per conversation that learns those messages where they stand (the loss "
+            "masks the other turns)"
         ),
     )
 

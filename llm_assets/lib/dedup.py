@@ -32,7 +32,14 @@ import pyarrow.compute as pc
 import xxhash
 
 from llm_assets.lib.quality import Words, split_words
-from llm_assets.lib.schema import PROMPT, TEXT, StageResult, empty_rejects
+from llm_assets.lib.schema import (
+    LEARNED_SPANS,
+    PROMPT,
+    TEXT,
+    StageResult,
+    empty_rejects,
+    learned_span_arrays,
+)
 
 CONTENT_HASH = "content_hash"
 MINHASH = "minhash"
@@ -226,10 +233,27 @@ def dedup_annotate(
 def dedup_texts(table: pa.Table) -> pa.Array | pa.ChunkedArray:
     """What two documents must share to be duplicates: the text; for SFT rows the rendered
     prompt too (``prompt``), so that equal answers to different instructions are not duplicates,
-    while fields the prompt does not use (an ``id``, a timestamp) do not make rows differ."""
+    while fields the prompt does not use (an ``id``, a timestamp) do not make rows differ; for a
+    chat row that learns earlier answers (``chat_answers: all``), which tokens it learns, so that
+    a copy of a conversation that learns more of its answers is not dropped for one that learns
+    fewer."""
     if not _joins_prompt(table):
         return table[TEXT]
-    return pc.binary_join_element_wise(table[PROMPT], table[TEXT], "\n")
+    joined = pc.binary_join_element_wise(table[PROMPT], table[TEXT], "\n")
+    if LEARNED_SPANS not in table.column_names:
+        return joined
+    rows, starts, ends = learned_span_arrays(table[LEARNED_SPANS])
+    counts = np.bincount(rows, minlength=table.num_rows)
+    if not (counts > 1).any():
+        return joined
+    first = np.concatenate([[0], np.cumsum(counts)]).tolist()
+    starts_list, ends_list = starts.tolist(), ends.tolist()
+    learned: list[str | None] = [None] * table.num_rows
+    for row in np.flatnonzero(counts > 1).tolist():
+        spans = range(first[row], first[row + 1])
+        learned[row] = "learned " + " ".join(f"{starts_list[i]}-{ends_list[i]}" for i in spans)
+    suffix = pa.array(learned, pa.string())
+    return pc.binary_join_element_wise(joined, suffix, "\n", null_handling="skip")
 
 
 def _joins_prompt(table: pa.Table) -> bool:

@@ -608,7 +608,7 @@ def _chat_message(number: int, message: Any) -> dict[str, Any]:
         isinstance(weight, bool) or not isinstance(weight, int | float) or weight not in (0, 1)
     ):
         raise ChatError(
-            f"message {number} ({role}) has weight {str(weight)[:40]!r}: a weight is 0 (not "
+            f"message {number} ({role}) has weight {_json_text(weight)[:40]}: a weight is 0 (not "
             "learned) or 1 (learned), as in OpenAI's fine-tuning format"
         )
     if weight == 1 and role != _ASSISTANT:
@@ -652,6 +652,14 @@ def _chat_message(number: int, message: Any) -> dict[str, Any]:
             if isinstance(message.get(key), str) and message[key]
         )
     return read
+
+
+def _json_text(value: Any) -> str:
+    """``value`` as JSON writes it (``"0"``, ``true``): a reject shows it as the file has it."""
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError:
+        return repr(value)
 
 
 def _tool_calls(number: int, role: str, value: Any) -> list[dict[str, Any]] | None:

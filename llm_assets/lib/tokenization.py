@@ -1153,15 +1153,19 @@ def _unwritten_tools(
         for m in history
     ]
     try:
-        if row.tools and prompt == compiled.render(
-            {**context, "tools": None}, messages=history, add_generation_prompt=True
-        ):
-            return "the template does not write the record's tools" + tools_advice
         if bare != history and prompt == compiled.render(
             context, messages=bare, add_generation_prompt=True
         ):
             number = next(n for n, m in enumerate(history, 1) if m.get("tool_calls"))
             return f"the template does not write the tool calls of message {number}" + advice
+        if row.tools and prompt == compiled.render(
+            {**context, "tools": None}, messages=history, add_generation_prompt=True
+        ):
+            if row.calls is not None and _completion(
+                compiled, context, history, prompt, row.content or "", None
+            ) == _completion(compiled, context, history, prompt, row.content, None, row.calls):
+                return "the template does not write the answer's tool calls" + advice
+            return "the template does not write the record's tools" + tools_advice
     except Exception:  # the template reads what it was given: it writes them
         pass
     if row.calls is None:
@@ -1314,14 +1318,13 @@ def _marked_answer(
     prompt: str,
     head: str,
 ) -> tuple[int, int] | None:
-    """Where ``prompt`` writes answer ``index`` when the template writes it otherwise than as a
-    last answer: the conversation is rendered with a mark (:data:`_ANSWER_MARKS`) as that
-    answer, and the answer is what the prompt holds where the two renderings differ, which must
-    be the mark alone (an empty range: the template writes nothing of the answer there, as
-    Qwen3 does of one that is only reasoning). What the template writes around the mark as a
-    last answer (its completion) extends the range when the prompt writes it there too: the
-    turn's end after it, a lead-in (a think block) before it. None when the answer cannot be
-    found so."""
+    """Where ``prompt`` writes answer ``index`` when the template writes it otherwise than as a last
+    answer: the conversation is rendered with a mark (:data:`_ANSWER_MARKS`) as that answer, and the
+    answer is what the prompt holds where the two renderings differ, which must be the mark alone
+    (an empty range, not learned: the template writes nothing of the answer there, as Qwen3 does of
+    one that is only reasoning). What the template writes around the mark as a last answer (its
+    completion) extends the range when the prompt writes it there too: the turn's end after it, a
+    lead-in (a think block) before it. None when the answer cannot be found so."""
     text = json.dumps(messages, ensure_ascii=False)  # tool calls too
     mark = next((m for m in _ANSWER_MARKS if m not in text), None)
     if mark is None:
@@ -1338,6 +1341,8 @@ def _marked_answer(
     end = len(prompt) - same_end
     if shown[start : len(shown) - same_end] != mark or start > end:
         return None
+    if start == end:  # written as nothing: its turn's end alone would teach an empty reply
+        return start, end
     around = None
     if prompt.startswith(head):
         around = _completion(compiled, context, messages[:index], head, mark, None)

@@ -150,10 +150,11 @@ def test_an_earlier_answer_without_its_reasoning_is_learned_as_written(qwen3_fol
     ]
 
 
-def test_an_answer_the_template_writes_as_nothing_learns_its_turns_end(qwen3_folder: Path):
+def test_an_answer_the_template_writes_as_nothing_is_not_learned(qwen3_folder: Path):
     """An earlier answer that is only reasoning is written as nothing but its turn's end by
-    Qwen3 (which drops an earlier answer's reasoning): that end is learned, the row kept. An
-    answer holding the private-use character used to find answers is found with another."""
+    Qwen3 (which drops an earlier answer's reasoning): nothing of it is learned (its turn's end
+    alone would teach an empty reply), the row is kept. An answer holding the private-use
+    character used to find answers is found with another."""
     history = [
         {"role": "user", "content": "Think first."},
         {"role": "assistant", "content": "<think>\nhmm\n</think>", "weight": 1},
@@ -167,7 +168,6 @@ def test_an_answer_the_template_writes_as_nothing_learns_its_turns_end(qwen3_fol
     (row,) = result.kept.to_pylist()
     assert "<|im_start|>assistant\n<|im_end|>" in row["prompt"]
     assert _learned_texts(spec, row) == [
-        "<|im_end|>",
         "A private-use character: \ue002.<|im_end|>",
         "<think>\n\n</think>\n\nIt is 6.<|im_end|>",
     ]

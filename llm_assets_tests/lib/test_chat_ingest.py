@@ -162,7 +162,7 @@ BAD = [
         (
             [{"role": "user", "content": "Q"}, {"role": "assistant", "content": "A", "weight": w}],
             INVALID_CHAT,
-            f"message 2 (assistant) has weight {str(w)!r}: a weight is 0 (not learned) or 1",
+            f"message 2 (assistant) has weight {json.dumps(w)}: a weight is 0 (not learned) or 1",
         )
         for w in ("0", 2, 0.5, -1, True)
     ),

@@ -146,25 +146,26 @@ def test_each_template_gets_the_calls_the_way_it_reads_them(tmp_path, template, 
 
 
 def test_a_template_without_tool_support_makes_its_rows_rejects(qwen_folder, tmp_path):
-    """ChatML writes neither the tools nor the calls: the tools would be missing from the
-    prompt, and an answer that calls one would be learned as an empty turn. Rows without tools
-    but with calls are refused too; rows whose calls it writes are kept."""
+    """ChatML writes neither the tools nor the calls: an answer that calls one would be learned
+    as an empty turn, with or without tools (no tool support); a row with tools but no call
+    would miss them from its prompt (the template takes none). Qwen's template keeps them."""
     chatml = TokenizerSpec(chat_template="chatml")
-    result = tokenize_table(_rows(tmp_path, "every"), chatml)
-    assert result.kept.num_rows == 0
-    assert set(result.rejects["value"].to_pylist()) == {
+    plain = [*CHAT[:2], {"role": "assistant", "content": "Sunny, I think."}]
+    result = tokenize_table(_rows(tmp_path, None, plain), chatml)
+    assert result.rejects["value"].to_pylist() == [
         "the template does not write the record's tools: it takes none (write their definitions "
         "into the system message, or leave the field out)"
-    }
-    result = tokenize_table(_rows(tmp_path, "every", tools=[]), chatml)
-    assert result.rejects["value"].to_pylist() == [
-        "the template does not write the answer's tool calls: it has no tool support (give a "
-        "tool-calling model's own template, chat_template: tokenizer)",
-        "the template does not write the tool calls of message 3: it has no tool support (give "
-        "a tool-calling model's own template, chat_template: tokenizer)",
-        "the template does not write the tool calls of message 3: it has no tool support (give "
-        "a tool-calling model's own template, chat_template: tokenizer)",
     ]
+    for tools in (TOOLS, []):
+        result = tokenize_table(_rows(tmp_path, "every", tools=tools), chatml)
+        assert result.rejects["value"].to_pylist() == [
+            "the template does not write the answer's tool calls: it has no tool support (give a "
+            "tool-calling model's own template, chat_template: tokenizer)",
+            "the template does not write the tool calls of message 3: it has no tool support (give "
+            "a tool-calling model's own template, chat_template: tokenizer)",
+            "the template does not write the tool calls of message 3: it has no tool support (give "
+            "a tool-calling model's own template, chat_template: tokenizer)",
+        ]
     qwen = TokenizerSpec(name=str(qwen_folder), chat_template=QWEN25)
     assert tokenize_table(_rows(tmp_path, "every"), qwen).kept.num_rows == 3
 

@@ -341,6 +341,26 @@ def test_sft_rows_are_duplicates_only_when_the_prompt_matches_too():
     assert signatures[0] == signatures[2] != signatures[1] == signatures[3]
 
 
+def test_chat_rows_that_learn_other_answers_of_one_conversation_are_not_duplicates():
+    """``chat_answers: all``: two copies of a conversation, one learning an earlier answer
+    (``weight`` 1) and one not (0), have the same prompt and text but learn different tokens:
+    not duplicates, so the copy that learns more is not dropped for the other. Copies that
+    learn the same are duplicates, as any SFT rows."""
+    from llm_assets.lib.schema import LEARNED_SPANS_TYPE
+
+    both = [{"start": 4, "end": 9}, {"start": 20, "end": 25}]
+    last = [{"start": 20, "end": 25}]
+    table = (
+        _table(["It is 6."] * 4)
+        .append_column("prompt_tokens", pa.array([20] * 4, pa.int32()))
+        .append_column("prompt", pa.array(["<|im_start|>user\nHi...\n"] * 4))
+        .append_column("learned_spans", pa.array([both, last, both, last], LEARNED_SPANS_TYPE))
+    )
+    kept = dedup_annotate(table, ExactDedupSpec(), NearDedupSpec(enabled=False)).kept
+    first, second, third, fourth = kept[CONTENT_HASH].to_pylist()
+    assert first == third != second == fourth
+
+
 def test_signatures_ignore_trailing_unicode_whitespace():
     """pyarrow 26's whitespace split sometimes keeps a trailing U+3000 or NBSP on the last word,
     depending on memory layout; signatures must not depend on it."""
