@@ -554,15 +554,22 @@ def answer_text(message: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _parsed(value: Any, problem: str) -> Any:
+    """``value``, or the JSON a string holds (a CSV cell, a string column); :class:`ChatError`
+    saying ``problem`` for a string that is not JSON."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return orjson.loads(value)
+    except orjson.JSONDecodeError as error:
+        raise ChatError(f"{problem}: {error}") from None
+
+
 def _conversation(value: Any) -> tuple[list[Any], list[dict[str, Any]]]:
     """A chat field's list of messages (parsed from a JSON string) and each one read
     (:func:`_chat_message`); :class:`ChatError` if it is not a non-empty list of readable
     messages."""
-    if isinstance(value, str):
-        try:
-            value = orjson.loads(value)
-        except orjson.JSONDecodeError as error:
-            raise ChatError(f"a string that is not a JSON list of messages: {error}") from None
+    value = _parsed(value, "a string that is not a JSON list of messages")
     if not isinstance(value, list):
         raise ChatError(f"not a list of messages but {_kind(value)}")
     if not value:
@@ -674,11 +681,7 @@ def _tool_calls(number: int, role: str, value: Any) -> list[dict[str, Any]] | No
     where = f"message {number} ({role})"
     if role != _ASSISTANT:
         raise ChatError(f"{where} has tool_calls: only the assistant's messages call tools")
-    if isinstance(value, str):
-        try:
-            value = orjson.loads(value)
-        except orjson.JSONDecodeError as error:
-            raise ChatError(f"{where} has tool_calls that are not JSON: {error}") from None
+    value = _parsed(value, f"{where} has tool_calls that are not JSON")
     if not isinstance(value, list):
         raise ChatError(f"{where} has tool_calls of {_kind(value)}, not a list of calls")
     calls = []
@@ -795,13 +798,9 @@ TOOLS = "tools"
 def _tools(value: Any) -> list[Any] | None:
     """A chat record's ``tools``: a list of definitions, read from JSON text too (a CSV cell, a
     string column); null or empty text is none. :class:`ChatError` for anything else."""
-    if isinstance(value, str):
-        if not value.strip():
-            return None
-        try:
-            value = orjson.loads(value)
-        except orjson.JSONDecodeError as error:
-            raise ChatError(f"the record's tools are text that is not JSON: {error}") from None
+    if isinstance(value, str) and not value.strip():
+        return None
+    value = _parsed(value, "the record's tools are text that is not JSON")
     if value is not None and not isinstance(value, list):
         raise ChatError(f"the record's tools are {_kind(value)}, not a list of tools")
     return value
