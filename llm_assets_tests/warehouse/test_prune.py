@@ -58,20 +58,35 @@ def _batches_folder(report: stages.StageReport) -> Path:
     return Path(report.shards[0].path).parent
 
 
-@pytest.fixture()
-def grown(tmp_path):
+@pytest.fixture(scope="module")
+def _grown_template(tmp_path_factory):
     """A warehouse as months of use leave it: the input grew (a file added: new shards, a new
-    batches folder), a second normalization preset was tried and dropped, four batch seeds."""
-    inputs = tmp_path / "in"
+    batches folder), a second normalization preset was tried and dropped, four batch seeds.
+    Built once per module under ``work/`` and copied aside as it is: each test gets it back at
+    the same absolute path (the catalog names its files by that path), mtimes kept."""
+    base = tmp_path_factory.mktemp("grown")
+    work = base / "work"
+    inputs = work / "in"
     shutil.copytree(SAMPLE_DIR, inputs, ignore=shutil.ignore_patterns("wiki_more*"))
-    ctx = _ctx(tmp_path / "wh")
+    ctx = _ctx(work / "wh")
     _run(ctx, inputs, preset="ascii_lower")
     first = _run(ctx, inputs)
     for name in ("wiki_more.jsonl.gz", "wiki_more.jsonl.zst"):
         shutil.copy(SAMPLE_DIR / name, inputs / name)
     older = [_batches_folder(_run(ctx, inputs, seed=s)[TRAINING_BATCHES]) for s in (1, 2, 3)]
     latest = _run(ctx, inputs)
-    return ctx, inputs, first, older, latest
+    shutil.copytree(work, base / "template", symlinks=True)
+    return base, first, older, latest
+
+
+@pytest.fixture()
+def grown(_grown_template):
+    """The grown warehouse (:func:`_grown_template`), as it was built, for one test to change."""
+    base, first, older, latest = _grown_template
+    work = base / "work"
+    shutil.rmtree(work)
+    shutil.copytree(base / "template", work, symlinks=True)
+    return _ctx(work / "wh"), work / "in", first, older, latest
 
 
 def test_prune_removes_what_no_current_output_needs_and_changes_no_output(grown):
