@@ -25,7 +25,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 
 import numpy as np
@@ -36,6 +36,7 @@ from llm_assets.lib.schema import DOC_ID, INPUT_IDS, N_TOKENS, learned_span_arra
 LAYOUTS = ("packed", "padded", "bucketed")
 OVERFLOWS = ("split", "truncate")
 PAD_TO = ("seq_len", "longest")
+BALANCES = ("none", "oversample", "undersample")
 LENGTH_BUCKET = "length_bucket"
 BATCH = "batch"
 """Column of the layouts that pad per batch (``bucketed``; ``padded`` with ``pad_to="longest"``):
@@ -57,6 +58,7 @@ _SEED_BYTES = 8
 _SHUFFLE_PERSON = b"llm-assets/shuf"
 _SPLIT_PERSON = b"llm-assets/split"
 _BATCH_PERSON = b"llm-assets/batch"
+_COPY_PERSON = b"llm-assets/copy"
 """blake2b personalisations: the shuffle key and the split draw are independent hashes of the
 same (seed, doc_id), so a document's split says nothing about its place in the shuffle."""
 _MAX_BUCKETS = 2**31 - 1
@@ -101,6 +103,14 @@ class BatchSpec:
     length_buckets: int = 16
     """How many length buckets to derive from the length distribution (evenly spaced quantiles)
     when ``bucket_boundaries`` is not given."""
+    balance: str = "none"
+    """Labelled documents only: even out the classes of the train split (:func:`balance_quotas`).
+    ``oversample`` repeats documents of the smaller classes up to the largest class;
+    ``undersample`` keeps of every class as many documents as the smallest class has. The
+    validation split is left as it is, so it measures the data as it comes."""
+    max_copies: int | None = None
+    """``oversample``: at most this many times each document (itself included); a class that would
+    need more stays smaller. None: as many as the largest class needs."""
 
     def __post_init__(self) -> None:
         if self.layout not in LAYOUTS:
@@ -123,6 +133,16 @@ class BatchSpec:
             )
         if self.bucket_boundaries is not None:
             check_boundaries(self.bucket_boundaries, self.seq_len)
+        if self.balance not in BALANCES:
+            raise ValueError(f"balance must be one of {BALANCES}, got {self.balance!r}")
+        if self.max_copies is not None:
+            if not _is_int(self.max_copies) or self.max_copies < 1:
+                raise ValueError(f"max_copies must be an int >= 1, got {self.max_copies!r}")
+            if self.balance != "oversample":
+                raise ValueError(
+                    f"max_copies caps the copies of balance 'oversample', but balance is "
+                    f"{self.balance!r}: unset max_copies or set balance: oversample"
+                )
 
 
 @dataclass
@@ -460,6 +480,121 @@ def pad_sequences(
     return table, stats
 
 
+UNDERSAMPLED = "undersampled"
+"""Reject reason of a train document left out to even out the classes (``balance:
+undersample``): its class has more documents than the smallest class."""
+
+
+@dataclass(frozen=True)
+class LabelQuota:
+    """What the gather of one train bucket does with the documents of one class ``label``: each
+    document ``copies`` times, and the first ``extra`` of them (in shuffle order, so a seeded
+    random choice) once more. ``(1, 0)`` keeps them as they are, ``(0, k)`` keeps k of them.
+
+    ``documents`` and ``target`` are the class's train documents in every bucket, before and
+    after balancing: what a reject's value and the logs report."""
+
+    label: str
+    copies: int
+    extra: int
+    documents: int
+    target: int
+
+
+def balance_quotas(
+    counts: Mapping[int, Mapping[str, int]], balance: str, max_copies: int | None = None
+) -> dict[int, tuple[LabelQuota, ...]]:
+    """The :class:`LabelQuota` of every class in every bucket of the train split, from the
+    documents per class in each bucket (``counts[bucket][label]``).
+
+    ``oversample`` brings every class to the largest class's count (capped at ``max_copies``
+    times its own count); ``undersample`` brings every class down to the smallest's. A class of
+    ``n`` documents brought to ``t`` gives each document ``t // n`` copies and one more copy to
+    ``t % n`` of them, shared between the buckets in proportion to the class's documents there
+    (largest remainders; ties to the lower bucket): the totals are exact, and each bucket decides
+    alone. ``none``: every document once."""
+    if balance not in BALANCES:
+        raise ValueError(f"balance must be one of {BALANCES}, got {balance!r}")
+    totals: dict[str, int] = {}
+    for per_label in counts.values():
+        for label, n in per_label.items():
+            totals[label] = totals.get(label, 0) + int(n)
+    totals = {label: n for label, n in totals.items() if n > 0}
+    if not totals:
+        return {}
+    if balance == "oversample":
+        largest = max(totals.values())
+        targets = {
+            label: largest if max_copies is None else min(largest, n * max_copies)
+            for label, n in totals.items()
+        }
+    elif balance == "undersample":
+        smallest = min(totals.values())
+        targets = dict.fromkeys(totals, smallest)
+    else:
+        targets = dict(totals)
+    quotas: dict[int, list[LabelQuota]] = {bucket: [] for bucket in sorted(counts)}
+    for label in sorted(totals):
+        n, target = totals[label], targets[label]
+        copies, rest = divmod(target, n)
+        buckets = sorted(b for b in counts if counts[b].get(label, 0) > 0)
+        shares = {b: rest * int(counts[b][label]) for b in buckets}
+        extra = {b: share // n for b, share in shares.items()}
+        left = rest - sum(extra.values())
+        for b in sorted(buckets, key=lambda b: (-(shares[b] % n), b))[:left]:
+            extra[b] += 1
+        for b in buckets:
+            quotas[b].append(LabelQuota(label, copies, extra[b], n, target))
+    return {bucket: tuple(q) for bucket, q in quotas.items() if q}
+
+
+def balance_order(
+    order: np.ndarray,
+    labels: Sequence[str],
+    quotas: Sequence[LabelQuota],
+    doc_ids: Sequence[str],
+    seed: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Shuffle ``order`` (indices into ``labels`` and ``doc_ids``) with the classes evened out
+    by ``quotas`` (:func:`balance_quotas`): the new order, where a repeated document appears
+    several times, and the indices left out (undersampled), in shuffle order.
+
+    Each document keeps its place; its copies are spread through the sequence at seeded random
+    places, as a document of their own would be (copy ``j`` of a document is placed by a keyed
+    hash of its ``doc_id`` and ``j``): two copies of a document seldom meet in a batch. Depends
+    only on the seed, the ids and the quotas, like every decision of the shuffle."""
+    order = np.asarray(order, dtype=np.int64)
+    by_label = {q.label: q for q in quotas}
+    ordered_labels = [labels[i] for i in order]
+    missing = sorted(set(ordered_labels) - set(by_label), key=str)
+    if missing:
+        raise ValueError(f"no balance quota for the label(s) {missing}")
+    times = np.zeros(len(order), np.int64)
+    ordered = np.array(ordered_labels, dtype=object)
+    for label, quota in by_label.items():
+        where = np.flatnonzero(ordered == label)
+        times[where] = quota.copies
+        times[where[: quota.extra]] += 1
+    kept = order[times > 0]
+    left_out = order[times == 0]
+    times = times[times > 0]
+    repeats = times - 1
+    if not repeats.any():
+        return kept, left_out
+    copied = np.repeat(np.arange(len(kept)), repeats)
+    # The copy number of each copy: 1..times-1 within its document.
+    starts = np.cumsum(repeats) - repeats
+    number = np.arange(len(copied)) - np.repeat(starts, repeats) + 1
+    pairs = zip(kept[copied].tolist(), number.tolist(), strict=True)
+    copy_ids = [f"{doc_ids[i]}\0{j}" for i, j in pairs]
+    hashes = _keyed_hashes(copy_ids, seed, _COPY_PERSON)
+    places = np.concatenate([np.arange(len(kept), dtype=np.uint64), hashes % np.uint64(len(kept))])
+    is_copy = np.concatenate([np.zeros(len(kept), np.uint8), np.ones(len(copied), np.uint8)])
+    tie = np.concatenate([np.zeros(len(kept), np.uint64), hashes])
+    items = np.concatenate([kept, kept[copied]])
+    return items[np.lexsort((tie, is_copy, places))], left_out
+
+
 PROMPT_FILLS_SEQUENCE = "prompt_fills_sequence"
 """Reject reason of an SFT document left with no response token once cut to fit (the padded and
 bucketed layouts, and the packed one with ``overflow="truncate"``): its only learned label would
@@ -629,6 +764,9 @@ def batch_schema_metadata(
         "batch_size": str(spec.batch_size),
         "bucket_boundaries": ",".join(map(str, spec.bucket_boundaries or ())),
     }
+    if spec.balance != "none":  # absent otherwise: the files of unbalanced runs are unchanged
+        values["balance"] = spec.balance
+        values["max_copies"] = "" if spec.max_copies is None else str(spec.max_copies)
     return {f"{META_PREFIX}{k}".encode(): v.encode() for k, v in sorted(values.items())}
 
 
