@@ -19,7 +19,7 @@ import re
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
@@ -42,6 +42,8 @@ from llm_assets.constants import (
 )
 from llm_assets.lib.batching import (
     BatchSpec,
+    LabelQuota,
+    balance_quotas,
     batch_schema_metadata,
     derive_boundaries,
     length_histogram,
@@ -76,6 +78,7 @@ from llm_assets.tasks import (
     ShardStats,
     add_parts,
     carried_metadata,
+    label_counts,
     megatron_done,
     read_scatter_manifest,
     row_group_parts,
@@ -1448,6 +1451,8 @@ def run_training_batches(
         padded_len=spec.seq_len if spec.layout == "padded" else 0,
     )
     config = {**asdict(spec), "compression_level": compression_level}
+    if spec.balance == "none":  # the folders of runs without it keep their names
+        del config["balance"], config["max_copies"]
     if spec.layout == "packed" and spec.overflow == "truncate":
         config["cut_eos"] = "masked"  # the EOS after a cut SFT document is not learned
     # What the scatter of one shard depends on besides its bytes; with every shard's checksum,
@@ -1463,6 +1468,11 @@ def run_training_batches(
     eos_id = _eos_id(meta, spec, megatron, sft=PROMPT_TOKENS in schema.names)
     if spec.layout == "packed" and LABEL in schema.names:
         raise StageInputError(label_needs_a_padded_layout(spec.layout))
+    labelled = LABEL in schema.names
+    if spec.balance != "none" and not labelled:
+        raise StageInputError(balance_needs_labels(spec.balance))
+    if spec.balance != "none" and megatron:
+        raise StageInputError(balance_without_megatron(spec.balance))
 
     if spec.layout == "bucketed" and spec.bucket_boundaries is None:
         spec = replace(spec, bucket_boundaries=_derived_boundaries(ctx, spec))
@@ -1511,7 +1521,7 @@ def run_training_batches(
             )
             out_dir = str(scatter_root / name)
             scatter_dirs.append(out_dir)
-            if not scatter_done(out_dir, input_fp):
+            if not scatter_done(out_dir, input_fp, labelled=labelled):
                 _check_sources(asset, [source])
                 scatter_tasks.append(
                     ScatterTask(source.shard, source.path, out_dir, input_fp, spec, n_buckets)
@@ -1532,11 +1542,15 @@ def run_training_batches(
 
         counts: Counter[str] = Counter()
         lengths: Counter[int] = Counter()
+        label_counts: dict[str, Counter[str]] = {}
         for directory in scatter_dirs:
             manifest = read_scatter_manifest(directory)
             counts.update(manifest["counts"])
             lengths.update({int(n): d for n, d in manifest["lengths"].items()})
+            for key, per_label in manifest.get("labels", {}).items():
+                label_counts.setdefault(key, Counter()).update(per_label)
         pieces = scatter_pieces(scatter_dirs)
+        quotas = _balance_quotas(ctx, spec, label_counts, n_buckets)
         planned = []
         for split in SPLITS:
             for bucket in range(n_buckets):
@@ -1571,6 +1585,7 @@ def run_training_batches(
                     metadata=tuple(sorted({**meta, **file_meta}.items())),
                     compression_level=compression_level,
                     rejects_path=rej,
+                    balance=quotas.get(bucket, ()) if split == "train" else (),
                 )
                 planned.append(
                     _Planned(key, out, rej, all_fp, tuple(s.path for s in upstream), task)
@@ -1590,6 +1605,8 @@ def run_training_batches(
         }
         if spec.bucket_boundaries:
             extra["bucket_boundaries"] = list(spec.bucket_boundaries)
+        if labelled:
+            extra["label_documents_in"] = _per_split(label_counts)
         if megatron:
             # From the scatter files, like the gather: before it, so that the catalog's record of
             # the materialization holds the export's paths and its time. In the batches' own folder,
@@ -1620,6 +1637,9 @@ def run_training_batches(
         )
     report.extra["documents"] = report.rows_in
     report.extra["sequences"] = report.rows_out
+    if labelled:
+        report.extra["label_documents"] = _label_documents(report)
+        ctx.log.info(f"{asset}: documents per class label: {report.extra['label_documents']}")
     _warn_lost_tokens(ctx, report, spec)
     ctx.log.info(
         f"{asset}: {extra['scatter_seconds']:.2f} s of the {report.seconds:.2f} s were scattering"
@@ -1638,6 +1658,65 @@ def label_needs_a_padded_layout(layout: str) -> str:
         f"{TRAINING_BATCHES}.config.layout to 'padded' or 'bucketed' (one document per row, "
         "with its label), or unset label_field"
     )
+
+
+def balance_needs_labels(balance: str) -> str:
+    """Why ``balance`` needs labelled documents: it evens out the classes of a ``label`` column."""
+    return (
+        f"{TRAINING_BATCHES}.config.balance is {balance!r}, but {FILTERED_DOCUMENTS} has no "
+        "label column: balance evens out the class labels of the train split. Set "
+        f"{FILTERED_DOCUMENTS}.config.label_field (and label_mapping), or balance: none"
+    )
+
+
+def balance_without_megatron(balance: str) -> str:
+    """Why ``balance`` and the Megatron export do not go together."""
+    return (
+        f"{TRAINING_BATCHES}.config.balance is {balance!r} and megatron is true: the Megatron-LM "
+        "export holds every document once, without labels, so it would not be balanced like "
+        "the Parquet batches. Set megatron: false, or balance: none"
+    )
+
+
+def _per_split(label_counts: Mapping[str, Mapping[str, int]]) -> dict[str, dict[str, int]]:
+    """Documents per class label of each split, from counts per (split, bucket) key."""
+    totals: dict[str, Counter[str]] = {split: Counter() for split in SPLITS}
+    for key, per_label in label_counts.items():
+        totals[key.rsplit("-", 1)[0]].update(per_label)
+    return {split: dict(sorted(c.items())) for split, c in totals.items()}
+
+
+def _balance_quotas(
+    ctx: StageContext,
+    spec: BatchSpec,
+    label_counts: Mapping[str, Mapping[str, int]],
+    n_buckets: int,
+) -> dict[int, tuple[LabelQuota, ...]]:
+    """The class quotas of each train bucket (``spec.balance``), logged per class."""
+    if spec.balance == "none":
+        return {}
+    train = {
+        bucket: label_counts.get(scatter_key("train", bucket), {}) for bucket in range(n_buckets)
+    }
+    quotas = balance_quotas(train, spec.balance, spec.max_copies)
+    classes = {q.label: q for bucket in quotas.values() for q in bucket}
+    ctx.log.info(
+        f"{TRAINING_BATCHES}: balance {spec.balance}: train documents per class "
+        + ", ".join(f"{label!r} {q.documents:,} -> {q.target:,}" for label, q in classes.items())
+    )
+    return quotas
+
+
+def _label_documents(report: StageReport) -> dict[str, dict[str, int]]:
+    """Documents per class label of each split in the batch files (copies counted): read from
+    their ``label`` column, so a folder reused as it is reports them too."""
+    totals: dict[str, Counter[str]] = {split: Counter() for split in SPLITS}
+    for shard in report.shards:
+        if not Path(shard.path).exists():
+            continue
+        column = pq.read_table(shard.path, columns=[LABEL])[LABEL]
+        totals[shard.shard.rsplit("-", 1)[0]].update(label_counts(column))
+    return {split: dict(sorted(c.items())) for split, c in totals.items()}
 
 
 LOST_TOKENS_WARNING = 0.10
@@ -1675,7 +1754,12 @@ def _warn_lost_tokens(ctx: StageContext, report: StageReport, spec: BatchSpec) -
         )
 
 
-_RECORDED_BATCH_EXTRAS = ("length_histogram", "bucket_boundaries", "megatron")
+_RECORDED_BATCH_EXTRAS = (
+    "length_histogram",
+    "bucket_boundaries",
+    "megatron",
+    "label_documents_in",
+)
 """What a reuse of a complete batches folder reports from the catalog's record of the run that
 wrote it (computed from the shuffle's files, which the reuse does not read)."""
 

@@ -30,10 +30,13 @@ from llm_assets.lib.batching import (
     BATCH,
     LENGTH_BUCKET,
     PROMPT_FILLS_SEQUENCE,
+    UNDERSAMPLED,
     BatchSpec,
+    LabelQuota,
     PackStats,
     assign_buckets,
     assign_splits,
+    balance_order,
     bucket_layout,
     longest_in_batch,
     masked_lead,
@@ -487,14 +490,16 @@ schema message (offset, length) and the batch's message (offset, length)."""
 SCATTER_COLUMNS = (DOC_ID, INPUT_IDS, PROMPT_TOKENS, LEARNED_SPANS, LABEL)
 """The columns of a filtered shard the shuffle reads and holds (those present); the text stays."""
 SFT_SCATTER_COLUMNS = (SOURCE_FILE, SOURCE_LINE)
-"""Held too for SFT rows (with ``prompt_tokens``), which the gather may reject
-(:data:`~llm_assets.lib.batching.PROMPT_FILLS_SEQUENCE`): a reject names its source."""
+"""Held too for SFT rows (with ``prompt_tokens``) and labelled rows, which the gather may reject
+(:data:`~llm_assets.lib.batching.PROMPT_FILLS_SEQUENCE`,
+:data:`~llm_assets.lib.batching.UNDERSAMPLED`): a reject names its source."""
 
 
 def scatter_columns(names: Iterable[str]) -> list[str]:
     """The columns the shuffle reads from a filtered shard with columns ``names``."""
     present = set(names)
-    wanted = SCATTER_COLUMNS + (SFT_SCATTER_COLUMNS if PROMPT_TOKENS in present else ())
+    rejectable = PROMPT_TOKENS in present or LABEL in present
+    wanted = SCATTER_COLUMNS + (SFT_SCATTER_COLUMNS if rejectable else ())
     return [c for c in wanted if c in present]
 
 
@@ -537,12 +542,15 @@ def scatter_pieces(scatter_dirs: Iterable[str]) -> dict[str, list[ScatterPiece]]
     return pieces
 
 
-def scatter_done(output_dir: str | Path, input_fingerprint: str) -> bool:
+def scatter_done(output_dir: str | Path, input_fingerprint: str, labelled: bool = False) -> bool:
     """True when a scatter folder is complete for this input: its manifest says so and its
     scatter file still has the checksum the manifest recorded. A manifest that cannot be read,
     or a file cut or changed since (or a manifest of before the checksum was recorded), is not
     done, so the shard is scattered again (before: a cut file failed the gather on every run,
-    "shorter than its manifest says", and flipped bytes were gathered into the batches)."""
+    "shorter than its manifest says", and flipped bytes were gathered into the batches).
+    A ``labelled`` shard's manifest must also count its documents per class label (``labels``,
+    which the balance of the classes is planned from; a folder of an earlier release has none,
+    nor the source columns its rejects need)."""
     folder = Path(output_dir)
     if not (folder / SCATTER_MANIFEST).exists():
         return False
@@ -552,6 +560,7 @@ def scatter_done(output_dir: str | Path, input_fingerprint: str) -> bool:
             isinstance(manifest, dict)
             and manifest.get("input_fingerprint") == input_fingerprint
             and manifest.get("checksum") == file_checksum(folder / SCATTER_FILE)
+            and (not labelled or isinstance(manifest.get("labels"), dict))
         )
     except (OSError, ValueError):
         return False
@@ -647,6 +656,7 @@ def run_scatter(task: ScatterTask) -> dict[str, Any]:
     tmp = temporary_path(final)
     tmp.mkdir(parents=True)
     counts: Counter[str] = Counter()
+    labels: dict[str, Counter[str]] = {}
     lengths: Counter[int] = Counter()
     ends: list[tuple[str, int]] = []
     rows = 0
@@ -676,6 +686,8 @@ def run_scatter(task: ScatterTask) -> dict[str, Any]:
                         out.write_batch(batch)
                         key = scatter_key(SPLITS[split], bucket)
                         counts[key] += int(size)
+                        if LABEL in part.column_names:
+                            labels.setdefault(key, Counter()).update(label_counts(part[LABEL]))
                         ends.append((key, sink.tell()))
                 del table, keyed
         with parts.part("write"):
@@ -690,6 +702,11 @@ def run_scatter(task: ScatterTask) -> dict[str, Any]:
                         "schema": schema,
                         "pieces": pieces,
                         "lengths": {str(n): d for n, d in sorted(lengths.items())},
+                        **(
+                            {"labels": {k: dict(sorted(c.items())) for k, c in labels.items()}}
+                            if LABEL in columns
+                            else {}
+                        ),
                     }
                 )
             )
@@ -705,6 +722,12 @@ def run_scatter(task: ScatterTask) -> dict[str, Any]:
         "seconds": time.perf_counter() - started,
         "parts": parts.as_dict(),
     }
+
+
+def label_counts(labels: pa.Array | pa.ChunkedArray) -> dict[str, int]:
+    """Documents per class label in a ``label`` column."""
+    counted = pc.value_counts(labels).to_pylist()
+    return {str(c["values"]): int(c["counts"]) for c in counted}
 
 
 def _scatter_order(
@@ -762,6 +785,9 @@ class GatherTask:
     compression_level: int | None = None
     rejects_path: str | None = None
     """Where the documents the layout cannot use go (:func:`untrainable_rejects`), if any."""
+    balance: tuple[LabelQuota, ...] = ()
+    """A train bucket's class quotas (``spec.balance``; :func:`~llm_assets.lib.batching.
+    balance_quotas`); empty: every document once."""
 
 
 def _sft_eos(table: pa.Table, spec: BatchSpec) -> bool:
@@ -807,6 +833,32 @@ def untrainable_rejects(
         ],
     )
     return order[~bad], rejects
+
+
+def balanced(table: pa.Table, order: np.ndarray, task: GatherTask) -> tuple[np.ndarray, pa.Table]:
+    """Shuffle ``order`` with the classes evened out by ``task.balance``
+    (:func:`~llm_assets.lib.batching.balance_order`), and the rejects of the documents left out
+    (:data:`~llm_assets.lib.batching.UNDERSAMPLED`), valued with their class's count."""
+    labels = table[LABEL].to_pylist()
+    order, left_out = balance_order(
+        order, labels, task.balance, table[DOC_ID].to_pylist(), task.spec.seed
+    )
+    if not len(left_out):
+        return order, empty_rejects()
+    quotas = {q.label: q for q in task.balance}
+    dropped = pa.array(left_out)
+    return order, rejects_table(
+        doc_ids=table[DOC_ID].take(dropped).to_pylist(),
+        source_files=table[SOURCE_FILE].take(dropped).to_pylist(),
+        source_lines=table[SOURCE_LINE].take(dropped).to_pylist(),
+        stage=TRAINING_BATCHES,
+        reasons=[UNDERSAMPLED] * len(left_out),
+        values=[
+            f"class {label!r}: {quotas[label].target:,} of its {quotas[label].documents:,} train "
+            "documents kept (balance: undersample)"
+            for label in (labels[i] for i in left_out.tolist())
+        ],
+    )
 
 
 def build_sequences(
@@ -913,6 +965,9 @@ def run_gather(task: GatherTask) -> ShardStats:
         doc_ids = table[DOC_ID].to_pylist()
         order = shuffle_order(table["shuffle_key"].to_numpy(), doc_ids)
         order, rejected = untrainable_rejects(table, order, task.spec)
+        if task.balance:
+            order, undersampled = balanced(table, order, task)
+            rejected = pa.concat_tables([rejected, undersampled])
         sequences, stats = build_sequences(table, order, task, token_type)
     if rejected.num_rows and task.rejects_path is None:
         raise ValueError(f"{task.key}: {rejected.num_rows} rejects but no rejects_path")

@@ -216,6 +216,18 @@ class BatchesConfig(dg.Config):
         None, description="bucketed: upper token bounds of the length buckets (default: derived)"
     )
     length_buckets: int = Field(16, description="bucketed: buckets derived from the lengths")
+    balance: Literal["none", "oversample", "undersample"] = Field(
+        "none",
+        description="Labelled data (filtered_documents' label_field): even out the classes of "
+        "the train split. oversample: repeat documents of the smaller classes up to the "
+        "largest; undersample: keep as many of each class as the smallest has (the rest are "
+        "rejects, 'undersampled'). Validation is left as it is",
+    )
+    max_copies: int | None = Field(
+        None,
+        description="oversample: at most this many times each document (itself included); "
+        "a class that would need more stays smaller. Null: no cap",
+    )
     zstd_level: int = Field(3, description="ZSTD level of the batch files (1-22)")
     megatron: bool = Field(
         False, description="Also write a Megatron-LM indexed dataset (.bin/.idx) per split"
@@ -269,7 +281,8 @@ def validate_run_config(
     With ``training_batches`` among ``steps`` (the run's assets, :func:`run_steps`; None: all),
     the tokenizer must also have the EOS token that step's layout needs (:func:`_check_eos`),
     and a ``label_field`` needs a layout with a label column (``padded`` or ``bucketed``; a
-    ``packed`` block joins documents and would drop every label). A run without that step is
+    ``packed`` block joins documents and would drop every label); ``balance`` needs a
+    ``label_field`` (when the run filters too) and no Megatron export. A run without that step is
     not held to its defaults there: it cannot even carry its config (``training_batches`` checks
     its input for a ``label`` column itself).
 
@@ -308,6 +321,11 @@ def validate_run_config(
         _check_eos(tokenizer, batches, megatron=batches_config.megatron)
         if filters.label is not None and batches.layout == "packed":
             raise stages.StageInputError(stages.label_needs_a_padded_layout(batches.layout))
+        if batches.balance != "none" and batches_config.megatron:
+            raise stages.StageInputError(stages.balance_without_megatron(batches.balance))
+        labels_unset = filters.label is None and (steps is None or FILTERED_DOCUMENTS in steps)
+        if batches.balance != "none" and labels_unset:
+            raise stages.StageInputError(stages.balance_needs_labels(batches.balance))
 
 
 def run_steps(context: dg.AssetExecutionContext) -> frozenset[str]:
@@ -476,6 +494,8 @@ def _batch_spec(config: BatchesConfig) -> BatchSpec:
             None if config.bucket_boundaries is None else tuple(config.bucket_boundaries)
         ),
         length_buckets=config.length_buckets,
+        balance=config.balance,
+        max_copies=config.max_copies,
     )
 
 
