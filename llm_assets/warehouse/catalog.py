@@ -24,7 +24,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from llm_assets.constants import PIPELINE_ASSETS
+from llm_assets.constants import PIPELINE_ASSETS, TRAINING_BATCHES
 from llm_assets.lib.schema import REJECT_SCHEMA
 
 _log = logging.getLogger(__name__)
@@ -348,7 +348,15 @@ class Catalog:
         con: duckdb.DuckDBPyConnection, asset: str, shards: Sequence[ShardRecord]
     ) -> None:
         paths = [s.path for s in shards]
-        if paths:
+        if paths and asset == TRAINING_BATCHES:
+            # Each batch file holds one split (part-<split>-<bucket>.parquet): the view says which.
+            con.execute(
+                f"CREATE OR REPLACE VIEW {asset} AS "
+                "SELECT * EXCLUDE (filename), "
+                "regexp_extract(filename, 'part-([^/]+)-[0-9]+\\.parquet$', 1) AS split "
+                f"FROM read_parquet({_sql_list(paths)}, union_by_name = true, filename = true)"
+            )
+        elif paths:
             con.execute(
                 f"CREATE OR REPLACE VIEW {asset} AS "
                 f"SELECT * FROM read_parquet({_sql_list(paths)}, union_by_name = true)"

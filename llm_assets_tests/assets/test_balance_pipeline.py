@@ -62,7 +62,8 @@ def test_oversample_evens_out_the_train_classes_leaves_validation_alone_on_every
     """Unbalanced, then oversampled: train holds as many negative as positive rows (each
     negative document 2 to 5 times, copies under its own doc_id, placed apart), validation is
     the same rows as unbalanced, no document is in both splits, the counts are in the metadata
-    and the check passes; the process pool writes the same bytes."""
+    and in SQL (the view's ``split`` column), and the check passes; the process pool writes the
+    same bytes."""
     root = tmp_path / "wh"
     plain = _run(reviews, root)
     assert plain.success
@@ -96,6 +97,14 @@ def test_oversample_evens_out_the_train_classes_leaves_validation_alone_on_every
         a == b for (a, _), (b, _) in zip(after["train"], after["train"][1:], strict=False)
     )
     assert neighbours < len(after["train"]) // 10
+    # The view says each row's split: the counts per split and class in SQL.
+    catalog = WarehouseResource(root=str(root)).catalog()
+    in_sql = catalog.query("SELECT split, label, count(*) FROM training_batches GROUP BY ALL")
+    assert {(split, label): n for split, label, n in in_sql} == {
+        (split, label): n
+        for split, rows in after.items()
+        for label, n in Counter(label for _, label in rows).items()
+    }
     meta = materializations(result)[TRAINING_BATCHES]
     assert meta["label_documents"].value["train"] == {"negative": largest, "positive": largest}
     assert meta["label_documents_in"].value["train"] == dict(sorted(counts["train"].items()))
