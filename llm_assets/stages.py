@@ -81,6 +81,7 @@ from llm_assets.tasks import (
     label_counts,
     megatron_done,
     read_scatter_manifest,
+    read_scatter_pieces,
     row_group_parts,
     run_dedup_apply,
     run_gather,
@@ -92,6 +93,7 @@ from llm_assets.tasks import (
     scatter_done,
     scatter_key,
     scatter_pieces,
+    trainable_label_counts,
 )
 from llm_assets.warehouse.catalog import Catalog, ShardRecord
 from llm_assets.warehouse.shards import (
@@ -1550,7 +1552,9 @@ def run_training_batches(
             for key, per_label in manifest.get("labels", {}).items():
                 label_counts.setdefault(key, Counter()).update(per_label)
         pieces = scatter_pieces(scatter_dirs)
-        quotas = _balance_quotas(ctx, spec, label_counts, n_buckets)
+        quotas = _balance_quotas(
+            ctx, spec, label_counts, n_buckets, pieces, prompted=PROMPT_TOKENS in schema.names
+        )
         planned = []
         for split in SPLITS:
             for bucket in range(n_buckets):
@@ -1686,24 +1690,83 @@ def _per_split(label_counts: Mapping[str, Mapping[str, int]]) -> dict[str, dict[
     return {split: dict(sorted(c.items())) for split, c in totals.items()}
 
 
+BALANCE_COPIES_WARNING = 10
+"""Copies of one document above which ``balance: oversample`` logs a WARNING (set
+``max_copies``), and the share (1/this) of the train split below which an undersample does."""
+
+
 def _balance_quotas(
     ctx: StageContext,
     spec: BatchSpec,
     label_counts: Mapping[str, Mapping[str, int]],
     n_buckets: int,
+    pieces: Mapping[str, Sequence[Any]],
+    prompted: bool,
 ) -> dict[int, tuple[LabelQuota, ...]]:
-    """The class quotas of each train bucket (``spec.balance``), logged per class."""
+    """The class quotas of each train bucket (``spec.balance``), logged per class, with a WARNING
+    for what it cannot even out or evens out at a cost: one class, classes only in validation,
+    more than :data:`BALANCE_COPIES_WARNING` copies of a document, an undersample keeping less
+    than a tenth of the split.
+
+    The classes counted are those of the documents the layout uses: with prompts (SFT and chat
+    rows), each train bucket is read once more to leave out its ``prompt_fills_sequence``
+    rejects (:func:`~llm_assets.tasks.trainable_label_counts`), else the scatter's counts are
+    those."""
     if spec.balance == "none":
         return {}
-    train = {
-        bucket: label_counts.get(scatter_key("train", bucket), {}) for bucket in range(n_buckets)
-    }
+    train: dict[int, Mapping[str, int]] = {}
+    for bucket in range(n_buckets):
+        key = scatter_key("train", bucket)
+        if prompted and key in pieces:
+            table = read_scatter_pieces(pieces[key])
+            train[bucket] = {} if table is None else trainable_label_counts(table, spec)
+        else:
+            train[bucket] = label_counts.get(key, {})
     quotas = balance_quotas(train, spec.balance, spec.max_copies)
     classes = {q.label: q for bucket in quotas.values() for q in bucket}
+    given = _per_split(label_counts)
+    asset = TRAINING_BATCHES
     ctx.log.info(
-        f"{TRAINING_BATCHES}: balance {spec.balance}: train documents per class "
-        + ", ".join(f"{label!r} {q.documents:,} -> {q.target:,}" for label, q in classes.items())
+        f"{asset}: balance {spec.balance}: train documents per class "
+        + ", ".join(
+            f"{label!r} {classes[label].documents:,} -> {classes[label].target:,}"
+            for label in sorted(classes)
+        )
+        + (
+            " (the documents the layout uses: prompt_fills_sequence rejects left out)"
+            if prompted
+            else ""
+        )
     )
+    if len(classes) < 2:
+        ctx.log.warning(
+            f"{asset}: balance {spec.balance}: the train split has "
+            f"{len(classes)} class(es) ({', '.join(map(repr, sorted(classes)))}): nothing to "
+            "even out"
+        )
+    if only := sorted(set(given["validation"]) - set(classes)):
+        ctx.log.warning(
+            f"{asset}: class(es) {', '.join(map(repr, only))} only in validation: no train "
+            "document to balance"
+        )
+    most = {label: -(-q.target // q.documents) for label, q in classes.items() if q.documents}
+    if spec.balance == "oversample" and most and max(most.values()) > BALANCE_COPIES_WARNING:
+        heavy = sorted((label for label, n in most.items() if n > BALANCE_COPIES_WARNING))
+        ctx.log.warning(
+            f"{asset}: balance oversample repeats each train document of "
+            + ", ".join(
+                f"{label!r} up to {most[label]} times ({classes[label].documents:,} documents)"
+                for label in heavy
+            )
+            + ": the model would fit those few examples; set max_copies to cap it"
+        )
+    documents = sum(q.documents for q in classes.values())
+    kept = sum(q.target for q in classes.values())
+    if spec.balance == "undersample" and kept * BALANCE_COPIES_WARNING < documents:
+        ctx.log.warning(
+            f"{asset}: balance undersample keeps {kept:,} of {documents:,} train documents: "
+            "the smallest class decides; oversample (with max_copies) keeps them all"
+        )
     return quotas
 
 

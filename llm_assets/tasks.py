@@ -804,19 +804,17 @@ def untrainable_rejects(
     cannot: SFT documents left with no response token once cut to fit (padded and bucketed
     layouts, and packed with ``overflow="truncate"``;
     :func:`~llm_assets.lib.batching.prompt_fills_sequence`). Every other document is used."""
-    truncating = spec.layout != "packed" or spec.overflow == "truncate"
-    if PROMPT_TOKENS not in table.column_names or not truncating:
+    checked = _untrainable(table, spec)
+    if checked is None:
         return order, empty_rejects()
-    lengths = pc.list_value_length(table[INPUT_IDS]).to_numpy(zero_copy_only=False)[order]
-    lengths = lengths + 1 if _sft_eos(table, spec) else lengths
-    limit = spec.seq_len if spec.layout != "packed" else spec.seq_len - 1
-    whole = table[PROMPT_TOKENS].to_numpy()[order]
-    prompts = masked_lead(table[PROMPT_TOKENS].to_numpy(), _learned_spans(table))[order]
-    bad = prompt_fills_sequence(lengths, prompts, limit)
+    bad_rows, lengths, prompts, limit = checked
+    bad = bad_rows[order]
     if not bad.any():
         return order, empty_rejects()
     dropped = pa.array(order[bad])
-    kept_tokens = np.minimum(lengths[bad], limit)
+    whole = table[PROMPT_TOKENS].to_numpy()[order][bad]
+    leads = prompts[order][bad]
+    kept_tokens = np.minimum(lengths[order][bad], limit)
     rejects = rejects_table(
         doc_ids=table[DOC_ID].take(dropped).to_pylist(),
         source_files=table[SOURCE_FILE].take(dropped).to_pylist(),
@@ -827,12 +825,37 @@ def untrainable_rejects(
             f"prompt {p} of {n} tokens kept (seq_len {spec.seq_len})"
             if p == w
             else f"first answer at token {p}, {n} tokens kept (seq_len {spec.seq_len})"
-            for p, w, n in zip(
-                prompts[bad].tolist(), whole[bad].tolist(), kept_tokens.tolist(), strict=True
-            )
+            for p, w, n in zip(leads.tolist(), whole.tolist(), kept_tokens.tolist(), strict=True)
         ],
     )
     return order[~bad], rejects
+
+
+def _untrainable(
+    table: pa.Table, spec: BatchSpec
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, int] | None:
+    """Per row of ``table`` (in its own order): whether the layout cannot use it
+    (:func:`untrainable_rejects`), with the lengths, masked leads and limit that decided; None
+    when no row can be such (no prompts, or a layout that cuts no document)."""
+    truncating = spec.layout != "packed" or spec.overflow == "truncate"
+    if PROMPT_TOKENS not in table.column_names or not truncating:
+        return None
+    lengths = pc.list_value_length(table[INPUT_IDS]).to_numpy(zero_copy_only=False)
+    lengths = lengths + 1 if _sft_eos(table, spec) else lengths
+    limit = spec.seq_len if spec.layout != "packed" else spec.seq_len - 1
+    prompts = masked_lead(table[PROMPT_TOKENS].to_numpy(), _learned_spans(table))
+    return prompt_fills_sequence(lengths, prompts, limit), lengths, prompts, limit
+
+
+def trainable_label_counts(table: pa.Table, spec: BatchSpec) -> dict[str, int]:
+    """Documents per class label of ``table`` that the layout of ``spec`` uses: those that are
+    not :func:`untrainable_rejects`. What ``balance`` evens out, so that the classes are even in
+    the batches, not before the rejects."""
+    checked = _untrainable(table, spec)
+    labels = table[LABEL]
+    if checked is not None:
+        labels = labels.filter(pa.array(~checked[0]))
+    return label_counts(labels)
 
 
 def balanced(table: pa.Table, order: np.ndarray, task: GatherTask) -> tuple[np.ndarray, pa.Table]:

@@ -764,7 +764,8 @@ def batch_schema_metadata(
         "batch_size": str(spec.batch_size),
         "bucket_boundaries": ",".join(map(str, spec.bucket_boundaries or ())),
     }
-    if spec.balance != "none":  # absent otherwise: the files of unbalanced runs are unchanged
+    if spec.balance != "none" and split == "train":  # validation is never balanced; absent
+        # otherwise, so the files of runs without it are unchanged
         values["balance"] = spec.balance
         values["max_copies"] = "" if spec.max_copies is None else str(spec.max_copies)
     return {f"{META_PREFIX}{k}".encode(): v.encode() for k, v in sorted(values.items())}

@@ -112,7 +112,8 @@ def test_oversample_evens_out_the_train_classes_leaves_validation_alone_on_every
     assert meta["rows_out"].value == sum(map(len, after.values()))
     for shard in WarehouseResource(root=str(root)).catalog().current_shards(TRAINING_BATCHES):
         footer = pq.read_schema(shard.path).metadata
-        assert footer[b"llm_assets.balance"] == b"oversample"
+        train = shard.shard.startswith("train-")  # validation is never balanced
+        assert footer.get(b"llm_assets.balance") == (b"oversample" if train else None)
 
     pooled = _run(reviews, tmp_path / "pool", backend="multiprocess", balance="oversample")
     assert pooled.success
@@ -158,6 +159,95 @@ def test_undersample_keeps_the_smallest_class_count_and_the_rest_are_rejects_in_
     train = Counter(label for _, label in _split_rows(root)["train"])
     negative_in = meta["label_documents_in"].value["train"]["negative"]
     assert train == {"negative": 2 * negative_in, "positive": positive_in}
+
+
+def test_sft_rows_are_balanced_as_the_layout_uses_them_not_before_their_rejects(tmp_path):
+    """Labelled SFT rows where half of one class's prompts fill ``seq_len``: those are
+    ``prompt_fills_sequence`` rejects, and the classes are even among the rows that remain
+    (before: counted before the rejects, an oversample turned 1:2 into 2:1 the other way)."""
+    import random
+
+    rng = random.Random(0)
+    folder = tmp_path / "in"
+    folder.mkdir()
+    records = []
+    for i in range(240):
+        label = "pos" if i % 3 else "neg"  # 160 pos, 80 neg
+        long_prompt = label == "pos" and i % 2 == 0  # half of pos: a prompt over seq_len
+        words = 80 if long_prompt else 5
+        records.append(
+            {
+                "instruction": " ".join(f"w{rng.randrange(1000)}" for _ in range(words)),
+                "output": f"answer {i} " + " ".join(f"a{rng.randrange(1000)}" for _ in range(8)),
+                "label": label,
+            }
+        )
+    (folder / "sft.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    for balance in ("oversample", "undersample"):
+        root = tmp_path / balance
+        result = materialize(
+            folder,
+            root,
+            raw_documents={"text_field": "output"},
+            normalized_documents={"preset": "none"},
+            tokenized_documents={"prompt_template": "Q: {instruction}\nA: "},
+            filtered_documents={"min_tokens": 1, "label_field": "label", **SHORT_TEXT_FILTERS},
+            training_batches={**BATCHES, "seq_len": 64, "balance": balance},
+        )
+        assert result.success
+        rows = _split_rows(root)
+        train = Counter(label for _, label in rows["train"])
+        assert train["neg"] == train["pos"] > 0, (balance, train)
+        catalog = WarehouseResource(root=str(root)).catalog()
+        fills = catalog.query(
+            "SELECT count(*) FROM training_batches_rejects WHERE reason = 'prompt_fills_sequence'"
+        )[0][0]
+        assert fills > 50  # the case at hand
+
+
+def _warnings(instance, result) -> list[str]:
+    import logging
+
+    return [
+        entry.user_message
+        for entry in instance.all_logs(result.run_id)
+        if entry.level == logging.WARNING and not entry.is_dagster_event
+    ]
+
+
+@pytest.mark.parametrize(
+    ("labels", "balance", "warning"),
+    [
+        (["rare"] + ["common"] * 30, "oversample", "'rare' up to 30 times (1 documents)"),
+        (["rare"] + ["common"] * 30, "undersample", "keeps 2 of 31 train documents"),
+        (["only"] * 12, "oversample", "the train split has 1 class(es) ('only'): nothing to"),
+    ],
+)
+def test_a_balance_that_does_little_good_says_so_in_a_warning(tmp_path, labels, balance, warning):
+    """Extreme cases run as asked, with a WARNING: one document copied 30 times (set
+    max_copies), an undersample keeping 2 of 31 documents, a single class."""
+    import dagster as dg
+
+    folder = tmp_path / "in"
+    folder.mkdir()
+    records = [
+        {
+            "text": f"review number {i} says the product is fine in words of its own {i * 7}",
+            "label": label,
+        }
+        for i, label in enumerate(labels)
+    ]
+    (folder / "reviews.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    instance = dg.DagsterInstance.ephemeral()
+    result = materialize(
+        folder,
+        tmp_path / "wh",
+        instance=instance,
+        filtered_documents={"min_tokens": 1, "label_field": "label", **SHORT_TEXT_FILTERS},
+        training_batches={**BATCHES, "validation_fraction": 0, "balance": balance},
+    )
+    assert result.success
+    assert any(warning in line for line in _warnings(instance, result)), _warnings(instance, result)
 
 
 def test_a_scatter_folder_of_an_earlier_release_is_scattered_again_for_its_label_counts(
