@@ -27,10 +27,12 @@ import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
 
+from llm_assets.lib.augment import AUGMENTS, check_augment_rate
 from llm_assets.lib.schema import DOC_ID, INPUT_IDS, N_TOKENS, learned_span_arrays
 
 LAYOUTS = ("packed", "padded", "bucketed")
@@ -45,6 +47,9 @@ the row's batch number within its file; consecutive rows with one number are one
 ATTENTION_MASK = "attention_mask"
 POSITION_IDS = "position_ids"
 LABELS = "labels"
+AUGMENTED = "augmented"
+"""Batch column of a folder written with ``augment``: True for a row that is a variant of its
+document (:mod:`llm_assets.lib.augment`), False for the document itself."""
 DOC_IDS = "doc_ids"
 """Column of the ``packed`` layout: the ``doc_id`` of every document with tokens in the block (its
 EOS counts), in order; a document continued from the block before comes first. The block's
@@ -111,6 +116,15 @@ class BatchSpec:
     max_copies: int | None = None
     """``oversample``: at most this many times each document (itself included); a class that would
     need more stays smaller. None: as many as the largest class needs."""
+    augment: str = "none"
+    """``eda``: every copy of a train document the batches make (``balance: oversample``,
+    ``augment_copies``) is a variant of it, a seeded word edit (:mod:`llm_assets.lib.augment`),
+    rather than the same tokens again. The document itself is never changed."""
+    augment_copies: int = 0
+    """``augment: eda``: this many more variants of every train document (after the balance,
+    whose counts it multiplies by ``augment_copies + 1``: the classes stay as even)."""
+    augment_rate: float = 0.1
+    """``augment: eda``: the share of a copy's words one edit changes (EDA's alpha)."""
 
     def __post_init__(self) -> None:
         if self.layout not in LAYOUTS:
@@ -143,6 +157,23 @@ class BatchSpec:
                     f"max_copies caps the copies of balance 'oversample', but balance is "
                     f"{self.balance!r}: unset max_copies or set balance: oversample"
                 )
+        if self.augment not in AUGMENTS:
+            raise ValueError(f"augment must be one of {AUGMENTS}, got {self.augment!r}")
+        if not _is_int(self.augment_copies) or self.augment_copies < 0:
+            raise ValueError(f"augment_copies must be an int >= 0, got {self.augment_copies!r}")
+        check_augment_rate(self.augment_rate)
+        if self.augment == "none" and self.augment_copies:
+            raise ValueError(
+                f"augment_copies is {self.augment_copies} but augment is 'none': the copies "
+                "would be the same tokens again, which is reading the batches for another "
+                "epoch. Set augment: eda for varied copies, or unset augment_copies"
+            )
+        if self.augment != "none" and not self.augment_copies and self.balance != "oversample":
+            raise ValueError(
+                f"augment is {self.augment!r}, but this config makes no copy to vary: set "
+                "augment_copies (variants of every train document) or balance: oversample "
+                "(variants of the smaller classes' copies)"
+            )
 
 
 @dataclass
@@ -548,39 +579,56 @@ def balance_quotas(
     return {bucket: tuple(q) for bucket, q in quotas.items() if q}
 
 
+class BalancedOrder(NamedTuple):
+    """:func:`balance_order`'s result."""
+
+    order: np.ndarray
+    """Indices of the documents in the new order; a repeated document appears several times."""
+    left_out: np.ndarray
+    """Indices of the documents left out (undersampled), in shuffle order."""
+    copy: np.ndarray
+    """Per place of ``order``: 0 for the document itself, ``j`` for its ``j``-th copy."""
+
+
 def balance_order(
     order: np.ndarray,
-    labels: Sequence[str],
+    labels: Sequence[str] | None,
     quotas: Sequence[LabelQuota],
     doc_ids: Sequence[str],
     seed: int,
-) -> tuple[np.ndarray, np.ndarray]:
+    repeat: int = 1,
+) -> BalancedOrder:
     """Shuffle ``order`` (indices into ``labels`` and ``doc_ids``) with the classes evened out
-    by ``quotas`` (:func:`balance_quotas`): the new order, where a repeated document appears
-    several times, and the indices left out (undersampled), in shuffle order.
+    by ``quotas`` (:func:`balance_quotas`; none: every document once, ``labels`` unused), and
+    every document kept ``repeat`` times as often (``augment_copies + 1``).
 
     Each document keeps its place; its copies are spread through the sequence at seeded random
     places, as a document of their own would be (copy ``j`` of a document is placed by a keyed
     hash of its ``doc_id`` and ``j``): two copies of a document seldom meet in a batch. Depends
-    only on the seed, the ids and the quotas, like every decision of the shuffle."""
+    only on the seed, the ids, the quotas and ``repeat``, like every decision of the shuffle."""
     order = np.asarray(order, dtype=np.int64)
-    by_label = {q.label: q for q in quotas}
-    ordered_labels = [labels[i] for i in order]
-    missing = sorted(set(ordered_labels) - set(by_label), key=str)
-    if missing:
-        raise ValueError(f"no balance quota for the label(s) {missing}")
-    times = np.zeros(len(order), np.int64)
-    ordered = np.array(ordered_labels, dtype=object)
-    for label, quota in by_label.items():
-        where = np.flatnonzero(ordered == label)
-        times[where] = quota.copies
-        times[where[: quota.extra]] += 1
+    if not _is_int(repeat) or repeat < 1:
+        raise ValueError(f"repeat must be an int >= 1, got {repeat!r}")
+    times = np.ones(len(order), np.int64)
+    if quotas:
+        if labels is None:
+            raise ValueError("balance quotas need the documents' labels")
+        by_label = {q.label: q for q in quotas}
+        ordered_labels = [labels[i] for i in order]
+        missing = sorted(set(ordered_labels) - set(by_label), key=str)
+        if missing:
+            raise ValueError(f"no balance quota for the label(s) {missing}")
+        ordered = np.array(ordered_labels, dtype=object)
+        for label, quota in by_label.items():
+            where = np.flatnonzero(ordered == label)
+            times[where] = quota.copies
+            times[where[: quota.extra]] += 1
     kept = order[times > 0]
     left_out = order[times == 0]
-    times = times[times > 0]
+    times = times[times > 0] * repeat
     repeats = times - 1
     if not repeats.any():
-        return kept, left_out
+        return BalancedOrder(kept, left_out, np.zeros(len(kept), np.int64))
     copied = np.repeat(np.arange(len(kept)), repeats)
     # The copy number of each copy: 1..times-1 within its document.
     starts = np.cumsum(repeats) - repeats
@@ -592,7 +640,9 @@ def balance_order(
     is_copy = np.concatenate([np.zeros(len(kept), np.uint8), np.ones(len(copied), np.uint8)])
     tie = np.concatenate([np.zeros(len(kept), np.uint64), hashes])
     items = np.concatenate([kept, kept[copied]])
-    return items[np.lexsort((tie, is_copy, places))], left_out
+    numbers = np.concatenate([np.zeros(len(kept), np.int64), number])
+    placed = np.lexsort((tie, is_copy, places))
+    return BalancedOrder(items[placed], left_out, numbers[placed])
 
 
 PROMPT_FILLS_SEQUENCE = "prompt_fills_sequence"
@@ -768,6 +818,10 @@ def batch_schema_metadata(
         # otherwise, so the files of runs without it are unchanged
         values["balance"] = spec.balance
         values["max_copies"] = "" if spec.max_copies is None else str(spec.max_copies)
+    if spec.augment != "none" and split == "train":  # likewise: only train is augmented
+        values["augment"] = spec.augment
+        values["augment_copies"] = str(spec.augment_copies)
+        values["augment_rate"] = repr(float(spec.augment_rate))
     return {f"{META_PREFIX}{k}".encode(): v.encode() for k, v in sorted(values.items())}
 
 

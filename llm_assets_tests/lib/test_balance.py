@@ -90,7 +90,7 @@ def test_oversampled_copies_are_spread_and_every_document_keeps_its_place():
     labels = ["a"] * 20 + ["b"] * 5
     order = np.random.default_rng(1).permutation(25)
     quotas = balance_quotas({0: {"a": 20, "b": 5}}, "oversample")[0]
-    new, left_out = balance_order(order, labels, quotas, _ids(25), seed=7)
+    new, left_out, _ = balance_order(order, labels, quotas, _ids(25), seed=7)
     assert len(left_out) == 0
     assert Counter(labels[i] for i in new) == {"a": 20, "b": 20}
     assert Counter(new.tolist()) == {i: (1 if labels[i] == "a" else 4) for i in range(25)}
@@ -98,8 +98,8 @@ def test_oversampled_copies_are_spread_and_every_document_keeps_its_place():
     assert [i for i in new if labels[i] == "a"] == [i for i in order if labels[i] == "a"]
     b_places = [k for k, i in enumerate(new) if labels[i] == "b"]
     assert max(np.diff(b_places)) > 1  # not all side by side
-    same, _ = balance_order(order, labels, quotas, _ids(25), seed=7)
-    other, _ = balance_order(order, labels, quotas, _ids(25), seed=8)
+    same, *_ = balance_order(order, labels, quotas, _ids(25), seed=7)
+    other, *_ = balance_order(order, labels, quotas, _ids(25), seed=8)
     assert same.tolist() == new.tolist() and other.tolist() != new.tolist()
 
 
@@ -107,11 +107,11 @@ def test_the_extra_copy_and_the_documents_kept_are_the_first_in_shuffle_order():
     labels = ["a"] * 6 + ["b"] * 4
     order = np.array([9, 0, 8, 1, 7, 2, 6, 3, 5, 4])
     over = (LabelQuota("a", 1, 0, 6, 6), LabelQuota("b", 1, 2, 4, 6))
-    new, left_out = balance_order(order, labels, over, _ids(10), seed=0)
+    new, left_out, _ = balance_order(order, labels, over, _ids(10), seed=0)
     assert Counter(new.tolist())[9] == Counter(new.tolist())[8] == 2  # first two b's
     assert Counter(new.tolist())[7] == Counter(new.tolist())[6] == 1
     under = (LabelQuota("a", 0, 4, 6, 4), LabelQuota("b", 1, 0, 4, 4))
-    new, left_out = balance_order(order, labels, under, _ids(10), seed=0)
+    new, left_out, _ = balance_order(order, labels, under, _ids(10), seed=0)
     assert new.tolist() == [9, 0, 8, 1, 7, 2, 6, 3]  # the first four a's, in order
     assert left_out.tolist() == [5, 4]
 
