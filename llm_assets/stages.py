@@ -64,7 +64,13 @@ from llm_assets.lib.ingest import (
 )
 from llm_assets.lib.normalize import NormalizeSpec, normalize_table
 from llm_assets.lib.schema import INPUT_IDS, LABEL, PROMPT_TOKENS
-from llm_assets.lib.tokenization import TokenizerSpec, chat_template_text, tokenize_table
+from llm_assets.lib.tokenization import (
+    ENGINES,
+    TokenizerError,
+    TokenizerSpec,
+    chat_template_text,
+    tokenize_table,
+)
 from llm_assets.paths import PathEscapeError, inside
 from llm_assets.tasks import (
     SCATTER_FORMAT,
@@ -1376,13 +1382,30 @@ Not a batches folder (no ``part-*.parquet``); safe to delete, it is rebuilt when
 
 
 def scatter_folder_name(
-    shard: str, checksum: str, seed: int, validation_fraction: float, n_buckets: int
+    shard: str,
+    checksum: str,
+    seed: int,
+    validation_fraction: float,
+    n_buckets: int,
+    text: bool = False,
 ) -> str:
     """The name of a filtered shard's scatter folder (``training_batches/_scatter/<name>``): its
     key and the input of its scatter (its checksum, the split and shuffle settings, the scatter
-    format), so every batches folder with these settings shares it."""
-    scatter_fp = fingerprint(checksum, seed, validation_fraction, n_buckets, SCATTER_FORMAT)
+    format, and whether it holds the text: ``augment`` runs have folders of their own), so every
+    batches folder with these settings shares it."""
+    scatter_fp = fingerprint(
+        checksum, *scatter_settings(seed, validation_fraction, n_buckets, text)
+    )
     return f"{shard}-{scatter_fp}"
+
+
+def scatter_settings(
+    seed: int, validation_fraction: float, n_buckets: int, text: bool
+) -> tuple[Any, ...]:
+    """What a scatter depends on besides its shard's bytes (with every shard's checksum, what
+    every batch file does: the files' ``source_fingerprint``). ``text`` only when set, so the
+    folders of runs without ``augment`` keep their names."""
+    return (seed, validation_fraction, n_buckets, SCATTER_FORMAT) + (("text",) if text else ())
 
 
 COMPLETE_MARKER = "_COMPLETE.json"
@@ -1455,11 +1478,15 @@ def run_training_batches(
     config = {**asdict(spec), "compression_level": compression_level}
     if spec.balance == "none":  # the folders of runs without it keep their names
         del config["balance"], config["max_copies"]
+    if spec.augment == "none":  # likewise
+        del config["augment"], config["augment_copies"], config["augment_rate"]
     if spec.layout == "packed" and spec.overflow == "truncate":
         config["cut_eos"] = "masked"  # the EOS after a cut SFT document is not learned
     # What the scatter of one shard depends on besides its bytes; with every shard's checksum,
     # what every batch file depends on besides the config (the files' source_fingerprint).
-    scatter_fp_base = (spec.seed, spec.validation_fraction, n_buckets, SCATTER_FORMAT)
+    scatter_fp_base = scatter_settings(
+        spec.seed, spec.validation_fraction, n_buckets, spec.augment != "none"
+    )
     all_fp = fingerprint([s.checksum for s in upstream], *scatter_fp_base)
     stage_fp = fingerprint(asset, STAGE_CODE_VERSIONS[asset], config, all_fp)
     folder = stage_dir(ctx.warehouse_root, asset, stage_fp)
@@ -1475,6 +1502,7 @@ def run_training_batches(
         raise StageInputError(balance_needs_labels(spec.balance))
     if spec.balance != "none" and megatron:
         raise StageInputError(balance_without_megatron(spec.balance))
+    augment_tokenizer = _augment_tokenizer(spec, schema.names, meta, megatron)
 
     if spec.layout == "bucketed" and spec.bucket_boundaries is None:
         spec = replace(spec, bucket_boundaries=_derived_boundaries(ctx, spec))
@@ -1519,7 +1547,12 @@ def run_training_batches(
         for source in upstream:
             input_fp = fingerprint(source.checksum, *scatter_fp_base)
             name = scatter_folder_name(
-                source.shard, source.checksum, spec.seed, spec.validation_fraction, n_buckets
+                source.shard,
+                source.checksum,
+                spec.seed,
+                spec.validation_fraction,
+                n_buckets,
+                text=spec.augment != "none",
             )
             out_dir = str(scatter_root / name)
             scatter_dirs.append(out_dir)
@@ -1590,6 +1623,8 @@ def run_training_batches(
                     compression_level=compression_level,
                     rejects_path=rej,
                     balance=quotas.get(bucket, ()) if split == "train" else (),
+                    repeat=spec.augment_copies + 1 if split == "train" else 1,
+                    tokenizer=augment_tokenizer if split == "train" else None,
                 )
                 planned.append(
                     _Planned(key, out, rej, all_fp, tuple(s.path for s in upstream), task)
@@ -1644,6 +1679,7 @@ def run_training_batches(
     if labelled:
         report.extra["label_documents"] = _label_documents(report)
         ctx.log.info(f"{asset}: documents per class label: {report.extra['label_documents']}")
+    _log_augment(ctx, report, spec)
     _warn_lost_tokens(ctx, report, spec)
     ctx.log.info(
         f"{asset}: {extra['scatter_seconds']:.2f} s of the {report.seconds:.2f} s were scattering"
@@ -1680,6 +1716,92 @@ def balance_without_megatron(balance: str) -> str:
         "export holds every document once, without labels, so it would not be balanced like "
         "the Parquet batches. Set megatron: false, or balance: none"
     )
+
+
+def _augment_tokenizer(
+    spec: BatchSpec, columns: Sequence[str], meta: Mapping[str, str], megatron: bool
+) -> TokenizerSpec | None:
+    """``augment``: the tokenizer that encodes the variants of the copies, the one that made the
+    documents' ids (named in their footers); None without ``augment``. Refused (a
+    :class:`StageInputError` naming the settings): SFT and chat rows (a variant of an answer
+    would no longer answer its prompt), the Megatron export (it holds every document once), and
+    a tokenizer whose files changed since ``tokenized_documents`` ran (the variants' ids would
+    not be those of the documents')."""
+    if spec.augment == "none":
+        return None
+    asset = TRAINING_BATCHES
+    if PROMPT_TOKENS in columns:
+        raise StageInputError(augment_without_prompts(spec.augment))
+    if megatron:
+        raise StageInputError(augment_without_megatron(spec.augment))
+    name = meta.get(f"{TOKENIZER_META}name", "")
+    engine = meta.get(f"{TOKENIZER_META}engine", "auto")
+    recorded = meta.get(f"{TOKENIZER_META}fingerprint", "")
+    try:
+        tokenizer = TokenizerSpec(name=name, engine=engine if engine in ENGINES else "auto")
+        found = tokenizer.identity().fingerprint
+    except TokenizerError as err:
+        raise StageInputError(
+            f"{asset}.config.augment needs the tokenizer that made the documents' ids "
+            f"({name!r}) to encode the variants, and it cannot be built: {err}"
+        ) from err
+    if found != recorded:
+        raise StageInputError(
+            f"{asset}.config.augment: the tokenizer {name!r} has changed since "
+            f"{TOKENIZED_DOCUMENTS} ran (fingerprint {found}, the documents' ids were made by "
+            f"{recorded}): the variants' ids would not match the documents'. Materialize "
+            f"{TOKENIZED_DOCUMENTS} again, or set augment: none"
+        )
+    return tokenizer
+
+
+def augment_without_prompts(augment: str) -> str:
+    """Why ``augment`` and SFT or chat rows do not go together."""
+    return (
+        f"{TRAINING_BATCHES}.config.augment is {augment!r}, but the documents are SFT or chat "
+        "rows (a prompt before the text): a word edit of an answer would no longer answer its "
+        f"prompt. Set augment: none, or unset {TOKENIZED_DOCUMENTS}.config.prompt_template and "
+        "chat_template (balance: oversample repeats SFT rows as they are)"
+    )
+
+
+def augment_without_megatron(augment: str) -> str:
+    """Why ``augment`` and the Megatron export do not go together."""
+    return (
+        f"{TRAINING_BATCHES}.config.augment is {augment!r} and megatron is true: the "
+        "Megatron-LM export holds every document once, so it would not hold the variants the "
+        "Parquet batches do. Set megatron: false, or augment: none"
+    )
+
+
+AUGMENT_UNCHANGED_WARNING = 0.5
+"""Share of the variants left as their document (too few words for their edit) above which
+``augment`` logs a WARNING: text without spaces between words (Chinese, Japanese) is one word."""
+
+
+def _log_augment(ctx: StageContext, report: StageReport, spec: BatchSpec) -> None:
+    """``augment``: how many variants each edit made, logged; a WARNING when most copies could
+    not be varied (:data:`AUGMENT_UNCHANGED_WARNING`)."""
+    if spec.augment == "none":
+        return
+    made = int(report.extra.get("augmented", 0))
+    edits = {
+        key.removeprefix("augmented_"): int(value)
+        for key, value in sorted(report.extra.items())
+        if key.startswith("augmented_")
+    }
+    ctx.log.info(
+        f"{TRAINING_BATCHES}: augment {spec.augment}: {made:,} train rows are variants of their "
+        "documents"
+        + (" (" + ", ".join(f"{edit} {n:,}" for edit, n in edits.items()) + ")" if edits else "")
+    )
+    unchanged = edits.get("unchanged", 0)
+    if made and unchanged > AUGMENT_UNCHANGED_WARNING * made:
+        ctx.log.warning(
+            f"{TRAINING_BATCHES}: augment {spec.augment}: {unchanged:,} of the {made:,} copies "
+            "are their documents unchanged: too few words to edit (a word is a run of "
+            "non-space characters, so text without spaces between words is one word)"
+        )
 
 
 def _per_split(label_counts: Mapping[str, Mapping[str, int]]) -> dict[str, dict[str, int]]:

@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -26,7 +26,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from llm_assets.constants import TRAINING_BATCHES
+from llm_assets.lib.augment import eda_variants
 from llm_assets.lib.batching import (
+    AUGMENTED,
     BATCH,
     LENGTH_BUCKET,
     PROMPT_FILLS_SEQUENCE,
@@ -57,6 +59,7 @@ from llm_assets.lib.schema import (
     REJECT_SCHEMA,
     SOURCE_FILE,
     SOURCE_LINE,
+    TEXT,
     VALUE,
     StageResult,
     drop_rows,
@@ -75,6 +78,9 @@ from llm_assets.warehouse.shards import (
     read_footer_metadata,
     temporary_path,
 )
+
+if TYPE_CHECKING:  # a task with a tokenizer imports it when unpickled: the others never need it
+    from llm_assets.lib.tokenization import TokenizerSpec
 
 _FOOTER_BOOKKEEPING = (INPUT_FINGERPRINT, ROWS_IN, ROWS_REJECTED, STATS)
 SCATTER_MANIFEST = "manifest.json"
@@ -495,11 +501,14 @@ SFT_SCATTER_COLUMNS = (SOURCE_FILE, SOURCE_LINE)
 :data:`~llm_assets.lib.batching.UNDERSAMPLED`): a reject names its source."""
 
 
-def scatter_columns(names: Iterable[str]) -> list[str]:
-    """The columns the shuffle reads from a filtered shard with columns ``names``."""
+def scatter_columns(names: Iterable[str], text: bool = False) -> list[str]:
+    """The columns the shuffle reads from a filtered shard with columns ``names``; with ``text``
+    (``augment``) the text too, which the variants of the copies are made from."""
     present = set(names)
     rejectable = PROMPT_TOKENS in present or LABEL in present
-    wanted = SCATTER_COLUMNS + (SFT_SCATTER_COLUMNS if rejectable else ())
+    wanted = (
+        SCATTER_COLUMNS + (SFT_SCATTER_COLUMNS if rejectable else ()) + ((TEXT,) if text else ())
+    )
     return [c for c in wanted if c in present]
 
 
@@ -663,7 +672,9 @@ def run_scatter(task: ScatterTask) -> dict[str, Any]:
     try:
         with pq.ParquetFile(task.input_path) as source, contextlib.ExitStack() as files:
             with parts.part("read"):
-                columns = scatter_columns(source.schema_arrow.names)
+                columns = scatter_columns(
+                    source.schema_arrow.names, text=task.spec.augment != "none"
+                )
             out = sink = None
             for table in timed_reads(_scatter_chunks(source, columns), parts):
                 with parts.part("compute"):
@@ -788,6 +799,11 @@ class GatherTask:
     balance: tuple[LabelQuota, ...] = ()
     """A train bucket's class quotas (``spec.balance``; :func:`~llm_assets.lib.batching.
     balance_quotas`); empty: every document once."""
+    repeat: int = 1
+    """Each document this many times as often (a train bucket's ``augment_copies + 1``)."""
+    tokenizer: TokenizerSpec | None = None
+    """``augment``, train buckets: the tokenizer of the documents' ids, which encodes the
+    variants of their copies (:func:`augmented`)."""
 
 
 def _sft_eos(table: pa.Table, spec: BatchSpec) -> bool:
@@ -858,30 +874,76 @@ def trainable_label_counts(table: pa.Table, spec: BatchSpec) -> dict[str, int]:
     return label_counts(labels)
 
 
-def balanced(table: pa.Table, order: np.ndarray, task: GatherTask) -> tuple[np.ndarray, pa.Table]:
-    """Shuffle ``order`` with the classes evened out by ``task.balance``
-    (:func:`~llm_assets.lib.batching.balance_order`), and the rejects of the documents left out
-    (:data:`~llm_assets.lib.batching.UNDERSAMPLED`), valued with their class's count."""
-    labels = table[LABEL].to_pylist()
-    order, left_out = balance_order(
-        order, labels, task.balance, table[DOC_ID].to_pylist(), task.spec.seed
+def balanced(
+    table: pa.Table, order: np.ndarray, task: GatherTask
+) -> tuple[np.ndarray, np.ndarray, pa.Table]:
+    """Shuffle ``order`` with the classes evened out by ``task.balance`` and every document
+    ``task.repeat`` times (:func:`~llm_assets.lib.batching.balance_order`): the new order, the
+    copy number of each of its places (0: the document itself), and the rejects of the
+    documents left out (:data:`~llm_assets.lib.batching.UNDERSAMPLED`), valued with their
+    class's count."""
+    labels = table[LABEL].to_pylist() if task.balance else None
+    order, left_out, copies = balance_order(
+        order, labels, task.balance, table[DOC_ID].to_pylist(), task.spec.seed, task.repeat
     )
     if not len(left_out):
-        return order, empty_rejects()
+        return order, copies, empty_rejects()
     quotas = {q.label: q for q in task.balance}
     dropped = pa.array(left_out)
-    return order, rejects_table(
-        doc_ids=table[DOC_ID].take(dropped).to_pylist(),
-        source_files=table[SOURCE_FILE].take(dropped).to_pylist(),
-        source_lines=table[SOURCE_LINE].take(dropped).to_pylist(),
-        stage=TRAINING_BATCHES,
-        reasons=[UNDERSAMPLED] * len(left_out),
-        values=[
-            f"class {label!r}: {quotas[label].target:,} of its {quotas[label].documents:,} train "
-            "documents kept (balance: undersample)"
-            for label in (labels[i] for i in left_out.tolist())
-        ],
+    return (
+        order,
+        copies,
+        rejects_table(
+            doc_ids=table[DOC_ID].take(dropped).to_pylist(),
+            source_files=table[SOURCE_FILE].take(dropped).to_pylist(),
+            source_lines=table[SOURCE_LINE].take(dropped).to_pylist(),
+            stage=TRAINING_BATCHES,
+            reasons=[UNDERSAMPLED] * len(left_out),
+            values=[
+                f"class {label!r}: {quotas[label].target:,} of its "
+                f"{quotas[label].documents:,} train documents kept (balance: undersample)"
+                for label in (labels[i] for i in left_out.tolist())
+            ],
+        ),
     )
+
+
+def augmented(
+    table: pa.Table, order: np.ndarray, copies: np.ndarray, task: GatherTask
+) -> tuple[pa.Table, np.ndarray, dict[str, int]]:
+    """``spec.augment``: the copies in ``order`` (``copies`` > 0) made variants of their
+    documents (:func:`~llm_assets.lib.augment.eda_variants`, encoded by ``task.tokenizer``), as
+    rows appended to ``table`` that ``order`` now points to, and how many variants each edit
+    made (``augmented``, ``augmented_<edit>``; ``augmented_unchanged``: a document too short for
+    its edit, left as it is). Every row gets the :data:`~llm_assets.lib.batching.AUGMENTED`
+    flag, so each batch file of the folder has the column."""
+    n = table.num_rows
+    flagged = table.append_column(AUGMENTED, pa.array(np.zeros(n, bool)))
+    at = np.flatnonzero(copies > 0)
+    if task.tokenizer is None or not len(at):
+        return flagged, order, {}
+    sources = pa.array(order[at])
+    copied = table.take(sources)
+    variants = eda_variants(
+        copied[TEXT].to_pylist(),
+        copied[DOC_ID].to_pylist(),
+        copies[at].tolist(),
+        task.spec.seed,
+        task.spec.augment_rate,
+    )
+    texts = pa.array([v.text for v in variants], pa.string())
+    ids, _ = task.tokenizer.build().encode_arrow(texts)
+    ids_field = table.schema.field(INPUT_IDS)
+    copied = copied.set_column(
+        copied.schema.get_field_index(INPUT_IDS), ids_field, ids.cast(ids_field.type)
+    )
+    copied = copied.set_column(copied.schema.get_field_index(TEXT), table.schema.field(TEXT), texts)
+    copied = copied.append_column(AUGMENTED, pa.array(np.ones(len(at), bool)))
+    order = order.copy()
+    order[at] = n + np.arange(len(at))
+    edits = Counter(v.edit or "unchanged" for v in variants)
+    stats = {"augmented": len(at), **{f"augmented_{e}": k for e, k in sorted(edits.items())}}
+    return pa.concat_tables([flagged, copied]), order, stats
 
 
 def build_sequences(
@@ -899,6 +961,7 @@ def build_sequences(
     spans = _learned_spans(table)
     spans = None if spans is None else spans.take(pa.array(order))
     labels = table[LABEL].take(pa.array(order)) if LABEL in table.column_names else None
+    flags = table[AUGMENTED].take(pa.array(order)) if AUGMENTED in table.column_names else None
     ordered_ids = table[DOC_ID].take(pa.array(order))
     if spec.layout == "packed":
         if task.eos_id is None:
@@ -938,6 +1001,7 @@ def build_sequences(
         prompts = None if prompts is None else prompts[within]
         spans = None if spans is None else spans.take(pa.array(within))
         labels = None if labels is None else labels.take(pa.array(within))
+        flags = None if flags is None else flags.take(pa.array(within))
         extra[LENGTH_BUCKET] = pa.array(buckets, pa.int32())
         extra[BATCH] = pa.array(batches, pa.int32())
     elif spec.pad_to == "longest":
@@ -945,6 +1009,8 @@ def build_sequences(
         extra[BATCH] = pa.array(np.arange(len(order)) // spec.batch_size, pa.int32())
     else:
         targets = None
+    if flags is not None:
+        extra = {AUGMENTED: flags.combine_chunks(), **extra}
     if labels is not None:
         extra = {LABEL: labels.combine_chunks(), **extra}
     token_lists = [values[offsets[i] : offsets[i + 1]] for i in order]
@@ -988,9 +1054,13 @@ def run_gather(task: GatherTask) -> ShardStats:
         doc_ids = table[DOC_ID].to_pylist()
         order = shuffle_order(table["shuffle_key"].to_numpy(), doc_ids)
         order, rejected = untrainable_rejects(table, order, task.spec)
-        if task.balance:
-            order, undersampled = balanced(table, order, task)
+        copies = np.zeros(len(order), np.int64)
+        if task.balance or task.repeat > 1:
+            order, copies, undersampled = balanced(table, order, task)
             rejected = pa.concat_tables([rejected, undersampled])
+        augment_stats: dict[str, int] = {}
+        if task.spec.augment != "none":
+            table, order, augment_stats = augmented(table, order, copies, task)
         sequences, stats = build_sequences(table, order, task, token_type)
     if rejected.num_rows and task.rejects_path is None:
         raise ValueError(f"{task.key}: {rejected.num_rows} rejects but no rejects_path")
@@ -1022,7 +1092,7 @@ def run_gather(task: GatherTask) -> ShardStats:
                     INPUT_FINGERPRINT: task.input_fingerprint,
                     ROWS_IN: str(len(doc_ids)),
                     ROWS_REJECTED: str(rejected.num_rows),
-                    STATS: json.dumps(stats.as_dict(), sort_keys=True),
+                    STATS: json.dumps({**stats.as_dict(), **augment_stats}, sort_keys=True),
                 }
             )
     except BaseException:
@@ -1041,7 +1111,7 @@ def run_gather(task: GatherTask) -> ShardStats:
         checksum=written.checksum,
         seconds=time.perf_counter() - started,
         reject_reasons=dict(Counter(rejected[REASON].to_pylist())),
-        extra=stats.as_dict(),
+        extra={**stats.as_dict(), **augment_stats},
         parts=parts.as_dict(),
     )
 

@@ -228,6 +228,21 @@ class BatchesConfig(dg.Config):
         description="oversample: at most this many times each document (itself included); "
         "a class that would need more stays smaller. Null: no cap",
     )
+    augment: Literal["none", "eda"] = Field(
+        "none",
+        description="eda: every copy of a train document (balance: oversample, "
+        "augment_copies) is a variant of it, one seeded word edit (deletion, swap or "
+        "insertion of about augment_rate of its words), not the same tokens again. Plain "
+        "documents only (not SFT or chat rows); validation is never augmented",
+    )
+    augment_copies: int = Field(
+        0,
+        description="augment: eda: this many variants of every train document besides "
+        "itself (after the balance, whose counts they multiply)",
+    )
+    augment_rate: float = Field(
+        0.1, description="augment: eda: share of a copy's words its edit changes (0-0.5]"
+    )
     zstd_level: int = Field(3, description="ZSTD level of the batch files (1-22)")
     megatron: bool = Field(
         False, description="Also write a Megatron-LM indexed dataset (.bin/.idx) per split"
@@ -282,7 +297,8 @@ def validate_run_config(
     the tokenizer must also have the EOS token that step's layout needs (:func:`_check_eos`),
     and a ``label_field`` needs a layout with a label column (``padded`` or ``bucketed``; a
     ``packed`` block joins documents and would drop every label); ``balance`` needs a
-    ``label_field`` (when the run filters too) and no Megatron export. A run without that step is
+    ``label_field`` (when the run filters too) and no Megatron export; ``augment`` no Megatron
+    export and (when the run tokenizes too) no prompt or chat template. A run without that step is
     not held to its defaults there: it cannot even carry its config (``training_batches`` checks
     its input for a ``label`` column itself).
 
@@ -326,6 +342,11 @@ def validate_run_config(
         labels_unset = filters.label is None and (steps is None or FILTERED_DOCUMENTS in steps)
         if batches.balance != "none" and labels_unset:
             raise stages.StageInputError(stages.balance_needs_labels(batches.balance))
+        if batches.augment != "none" and batches_config.megatron:
+            raise stages.StageInputError(stages.augment_without_megatron(batches.augment))
+        tokenizing = steps is None or TOKENIZED_DOCUMENTS in steps
+        if batches.augment != "none" and tokenizing and not unprompted:
+            raise stages.StageInputError(stages.augment_without_prompts(batches.augment))
 
 
 def run_steps(context: dg.AssetExecutionContext) -> frozenset[str]:
@@ -496,6 +517,9 @@ def _batch_spec(config: BatchesConfig) -> BatchSpec:
         length_buckets=config.length_buckets,
         balance=config.balance,
         max_copies=config.max_copies,
+        augment=config.augment,
+        augment_copies=config.augment_copies,
+        augment_rate=config.augment_rate,
     )
 
 

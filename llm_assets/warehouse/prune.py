@@ -387,10 +387,11 @@ def _current_scatter_names(catalog: Catalog, filtered: Sequence[ShardRecord]) ->
         config, extra = (json.loads(value) for value in rows[0])
         seed, fraction = config["seed"], config["validation_fraction"]
         buckets = extra["shuffle_buckets"]
+        text = config.get("augment", "none") != "none"  # absent: a run without augment
     except (IndexError, TypeError, ValueError, KeyError):
         return None
     return {
-        scatter_folder_name(shard.shard, shard.checksum, seed, fraction, buckets)
+        scatter_folder_name(shard.shard, shard.checksum, seed, fraction, buckets, text=text)
         for shard in filtered
     }
 
