@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -40,7 +41,9 @@ EDA_EDITS = ("deletion", "swap", "insertion")
 MAX_AUGMENT_RATE = 0.5
 """Above half the words edited, a variant is more noise than document."""
 _AUGMENT_PERSON = b"llm-assets/augm"
-_WORD = re.compile(r"\S+")
+_WORDS = re.compile(r"(\S+)")
+"""Split on it: the gaps (whitespace, maybe empty) at even places, the words at odd ones."""
+_BLOCK = struct.Struct("<8Q")
 _UNIT = float(2**64)
 
 
@@ -71,8 +74,7 @@ class _Draws:
             h = self._hash.copy()
             h.update(self._block.to_bytes(8, "little"))
             self._block += 1
-            digest = h.digest()
-            self._left = [int.from_bytes(digest[i : i + 8], "little") for i in range(56, -8, -8)]
+            self._left = list(_BLOCK.unpack(h.digest()))[::-1]
         return self._left.pop()
 
     def below(self, n: int) -> int:
@@ -100,12 +102,9 @@ def eda_variant(text: str, rate: float, key: bytes) -> Variant:
     check_augment_rate(rate)
     draws = _Draws(key)
     edit = EDA_EDITS[draws.below(len(EDA_EDITS))]
-    spans = [m.span() for m in _WORD.finditer(text)]
-    words = [text[a:b] for a, b in spans]
+    parts = _WORDS.split(text)
     # gaps[i] precedes words[i]; the last gap follows the last word.
-    ends = [0] + [b for _, b in spans]
-    starts = [a for a, _ in spans] + [len(text)]
-    gaps = [text[e:s] for e, s in zip(ends, starts, strict=True)]
+    words, gaps = parts[1::2], parts[0::2]
     n = len(words)
     if n == 0 or (n < 2 and edit != "insertion"):
         return Variant(text, None)
@@ -138,10 +137,9 @@ def eda_variant(text: str, rate: float, key: bytes) -> Variant:
 
 def _rebuilt(words: Sequence[str], gaps: Sequence[str]) -> str:
     """``gaps[0] words[0] gaps[1] ... words[-1] gaps[-1]`` (one more gap than words)."""
-    out = [gaps[0]]
-    for word, gap in zip(words, gaps[1:], strict=True):
-        out.append(word)
-        out.append(gap)
+    out = [""] * (2 * len(words) + 1)
+    out[0::2] = gaps
+    out[1::2] = words
     return "".join(out)
 
 
