@@ -466,7 +466,8 @@ class _Files:
     def rows(self, start: int, stop: int, tensors: bool) -> dict[str, Any]:
         """Rows ``[start, stop)`` (of one file) as one batch: list columns as 2-D arrays (int64
         tensors with ``tensors``), which needs rows of one length (else ``ValueError`` naming
-        the file); strings (``doc_id``) as a list; other scalars as 1-D arrays or tensors."""
+        the file); strings (``doc_id``) as a list; other scalars as 1-D arrays or tensors (int64,
+        bool for a bool column)."""
         lists: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
         scalars: dict[str, list[np.ndarray]] = {}
         names: list[str] = []
@@ -505,8 +506,13 @@ class _Files:
             column = np.concatenate(scalars[name])
             if name == DOC_ID or column.dtype == object:
                 out[name] = column.tolist()
+            elif tensors:
+                # Integers become int64 (what embeddings and losses take); a bool column (the
+                # ``augmented`` flag) stays bool, so it masks rows rather than indexing them.
+                kept = column if column.dtype == np.bool_ else column.astype(np.int64)
+                out[name] = torch.from_numpy(kept)
             else:
-                out[name] = torch.from_numpy(column.astype(np.int64)) if tensors else column
+                out[name] = column
         return out
 
 

@@ -1417,20 +1417,29 @@ folder's files, so a re-run writes the same bytes. Named with ``_`` like Spark's
 no reader takes it for a batch file, and input listings skip it."""
 
 
-def shuffle_bucket_count(paths: Sequence[str], minimum: int = 1, padded_len: int = 0) -> int:
+def shuffle_bucket_count(
+    paths: Sequence[str],
+    minimum: int = 1,
+    padded_len: int = 0,
+    text: bool = False,
+    repeat: int = 1,
+) -> int:
     """How many shuffle buckets the filtered shards at ``paths`` need: at least ``minimum``, and
     enough that none holds more than :data:`SHUFFLE_BUCKET_BYTES` of the columns the shuffle
     reads, nor (with ``padded_len``, the length every row is padded to) more than
-    :data:`PADDED_TOKENS_PER_BUCKET` padded tokens.
+    :data:`PADDED_TOKENS_PER_BUCKET` padded tokens. ``text``: the shuffle reads the text too
+    (``augment``); ``repeat``: each document is there this many times (``augment_copies + 1``:
+    the variants are held as their documents are), so both counts are multiplied by it.
 
     Counted from the footers (decoded sizes and row counts), not the files' sizes: the codec of
-    the shards and their text column (which the shuffle never reads) do not change the count."""
-    total = sum(
-        decoded_column_bytes(path, scatter_columns(pq.read_schema(path).names)) for path in paths
+    the shards, and their text column unless ``text``, do not change the count."""
+    total = repeat * sum(
+        decoded_column_bytes(path, scatter_columns(pq.read_schema(path).names, text=text))
+        for path in paths
     )
     buckets = -(-total // SHUFFLE_BUCKET_BYTES)
     if padded_len:
-        rows = sum(pq.read_metadata(path).num_rows for path in paths)
+        rows = repeat * sum(pq.read_metadata(path).num_rows for path in paths)
         buckets = max(buckets, -(-rows * padded_len // PADDED_TOKENS_PER_BUCKET))
     return max(minimum, buckets)
 
@@ -1474,6 +1483,8 @@ def run_training_batches(
         [s.path for s in upstream],
         spec.shuffle_buckets,
         padded_len=spec.seq_len if spec.layout == "padded" else 0,
+        text=spec.augment != "none",
+        repeat=spec.augment_copies + 1,
     )
     config = {**asdict(spec), "compression_level": compression_level}
     if spec.balance == "none":  # the folders of runs without it keep their names

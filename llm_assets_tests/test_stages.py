@@ -158,6 +158,11 @@ def test_shuffle_buckets_follow_the_token_ids_not_the_file_size(tmp_path, monkey
     # Padded to 4,096 tokens, 10,000 rows are 41 M padded tokens: buckets of at most 4 Mi.
     assert shuffle_bucket_count(wide, padded_len=4096) == 10
     assert shuffle_bucket_count(wide, padded_len=16) == 5  # the token bytes dominate
+    # augment reads the text too (10 MB more: 14.2 MB, 15 buckets), and holds each document
+    # augment_copies + 1 times (found by review: an augment gather held twice the bound).
+    assert shuffle_bucket_count(wide, text=True) == 15
+    assert shuffle_bucket_count(wide, text=True, repeat=3) == 43  # 3 x 14.2 MB
+    assert shuffle_bucket_count(wide, padded_len=4096, repeat=2) == 20
 
 
 def test_a_step_refuses_an_upstream_another_run_replaced_with_another_config(tmp_path):

@@ -225,8 +225,9 @@ class BatchesConfig(dg.Config):
     )
     max_copies: int | None = Field(
         None,
-        description="oversample: at most this many times each document (itself included); "
-        "a class that would need more stays smaller. Null: no cap",
+        description="oversample: at most this many times each document (itself included; "
+        "times augment_copies + 1 with augment); a class that would need more stays smaller. "
+        "Null: no cap",
     )
     augment: Literal["none", "eda"] = Field(
         "none",

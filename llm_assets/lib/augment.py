@@ -15,13 +15,17 @@ Each variant applies one edit, chosen at random, to about ``rate`` of the docume
 ``swap``
     two words trade places, ``max(1, round(rate * words))`` times;
 ``insertion``
-    a word of the document is inserted at a random place, as many times.
+    a word of the document is inserted at a random place, as many times (places among the
+    document's own words: several may land at one).
 
 EDA's fourth edit, synonym replacement, needs a thesaurus (WordNet); none ships offline, so it
 is not offered, and insertion takes its words from the document itself rather than from synonyms
-of them. Words are runs of non-space characters; the whitespace between them (newlines
-included) stays where it was, so a variant keeps its document's lines and paragraphs. Text
-without spaces between words (Chinese, Japanese) is one word: its variants are the document.
+of them. Words are runs of non-space characters, and the whitespace between them stays where it
+was: a swap moves words, never line breaks; a deletion keeps the line or paragraph break of a
+deleted word (between the kept words on either side, the widest break of the gaps between them),
+so only a line whose every word is deleted goes, with its words. Text without spaces between
+words (Chinese, Japanese) is one word: deletion and swap leave it as it is, and an insertion
+repeats it whole.
 
 Pure and deterministic: a variant depends only on the text, the rate, the seed, the document's
 id and the copy's number (keyed BLAKE2b draws, the same on every machine, backend and Python),
@@ -31,6 +35,7 @@ like every decision of the shuffle (:mod:`llm_assets.lib.batching`).
 from __future__ import annotations
 
 import hashlib
+import itertools
 import re
 import struct
 from collections.abc import Sequence
@@ -88,8 +93,9 @@ class _Draws:
 
 @dataclass(frozen=True)
 class Variant:
-    """One augmented copy: its text and the edit that made it (``None``: none applied, the
-    document has too few words for it, so the text is the document's)."""
+    """One augmented copy: its text and the edit that made it (``None``: the text is the
+    document's, because it has too few words for the edit, or the edit changed nothing, as a
+    swap of two equal words does)."""
 
     text: str
     edit: str | None
@@ -115,24 +121,16 @@ def eda_variant(text: str, rate: float, key: bytes) -> Variant:
             kept = [draws.below(n)]
         if len(kept) == n:  # nothing drawn: delete one word, so every variant differs
             del kept[draws.below(n)]
-        return Variant(_joined([words[i] for i in kept], gaps, kept, n), edit)
-    if edit == "swap":
+        out = _joined(words, gaps, kept)
+    elif edit == "swap":
         for _ in range(times):
             i = draws.below(n)
             j = (i + 1 + draws.below(n - 1)) % n
             words[i], words[j] = words[j], words[i]
-        return Variant(_rebuilt(words, gaps), edit)
-    for _ in range(times):
-        word = words[draws.below(len(words))]
-        place = draws.below(len(words) + 1)
-        words.insert(place, word)
-        # The new word takes the gap before its place; a single space goes between it and the
-        # word it now precedes (or the text's end, whose own gap stays last).
-        if place < len(words) - 1:
-            gaps.insert(place + 1, " ")
-        else:
-            gaps.insert(place, " ")
-    return Variant(_rebuilt(words, gaps), edit)
+        out = _rebuilt(words, gaps)
+    else:
+        out = _inserted(words, gaps, [(draws.below(n), draws.below(n + 1)) for _ in range(times)])
+    return Variant(out, edit) if out != text else Variant(text, None)
 
 
 def _rebuilt(words: Sequence[str], gaps: Sequence[str]) -> str:
@@ -143,11 +141,33 @@ def _rebuilt(words: Sequence[str], gaps: Sequence[str]) -> str:
     return "".join(out)
 
 
-def _joined(words: Sequence[str], gaps: Sequence[str], kept: Sequence[int], n: int) -> str:
-    """The kept words, each followed by the gap that followed it, except the last kept word,
-    followed by the text's final gap: the leading and trailing whitespace stay."""
-    inner = [gaps[i + 1] for i in kept[:-1]]
-    return _rebuilt(words, [gaps[0], *inner, gaps[n]])
+def _joined(words: Sequence[str], gaps: Sequence[str], kept: Sequence[int]) -> str:
+    """The ``kept`` words (indices, ascending) with the text's leading and trailing whitespace,
+    and between two kept words the gap among those between them with the most line breaks (the
+    first if none has any): a deleted word's line or paragraph break stays."""
+    inner = [
+        max(gaps[a + 1 : b + 1], key=lambda gap: gap.count("\n"))
+        for a, b in itertools.pairwise(kept)
+    ]
+    return _rebuilt([words[i] for i in kept], [gaps[0], *inner, gaps[-1]])
+
+
+def _inserted(words: Sequence[str], gaps: Sequence[str], draws: Sequence[tuple[int, int]]) -> str:
+    """The text with ``words[w]`` inserted before word ``place`` (``len(words)``: after the last)
+    for each ``(w, place)``, in draw order where several share a place, each followed by a single
+    space (one before those after the last word). Linear in the text: a long document's
+    insertions cost no more than its other edits."""
+    at: dict[int, list[str]] = {}
+    for w, place in draws:
+        at.setdefault(place, []).append(words[w])
+    out = [gaps[0]]
+    for i, word in enumerate(words):
+        out.extend(f"{new} " for new in at.get(i, ()))
+        out.append(word)
+        if i == len(words) - 1 and len(words) in at:
+            out.append(" " + " ".join(at[len(words)]))
+        out.append(gaps[i + 1])
+    return "".join(out)
 
 
 def augment_key(seed: int, doc_id: str, copy: int) -> bytes:

@@ -114,8 +114,9 @@ class BatchSpec:
     ``undersample`` keeps of every class as many documents as the smallest class has. The
     validation split is left as it is, so it measures the data as it comes."""
     max_copies: int | None = None
-    """``oversample``: at most this many times each document (itself included); a class that would
-    need more stays smaller. None: as many as the largest class needs."""
+    """``oversample``: at most this many times each document (itself included; ``augment_copies``
+    multiplies it); a class that would need more stays smaller. None: as many as the largest
+    class needs."""
     augment: str = "none"
     """``eda``: every copy of a train document the batches make (``balance: oversample``,
     ``augment_copies``) is a variant of it, a seeded word edit (:mod:`llm_assets.lib.augment`),

@@ -16,6 +16,7 @@ from llm_assets import stages
 from llm_assets.constants import FILTERED_DOCUMENTS, TRAINING_BATCHES
 from llm_assets.lib.batching import BatchSpec
 from llm_assets.lib.tokenization import TokenizerSpec
+from llm_assets.reader import TokenBatchDataset
 from llm_assets.warehouse.prune import _current_scatter_names
 from llm_assets.warehouse.resource import WarehouseResource
 from llm_assets_tests.assets.test_balance_pipeline import (
@@ -126,14 +127,14 @@ def test_augment_copies_vary_every_train_document_with_or_without_labels(
     tmp_path,
 ):
     """Unlabelled documents with ``augment_copies: 2``: each train document three times, two of
-    them variants (numbered copies, so not twice the same); with an undersample, each kept
-    document twice and the classes even."""
+    them variants (numbered copies, so not twice the same), and the reader's batches keep the
+    flag a bool mask; with an undersample, each kept document twice and the classes even."""
     root = tmp_path / "plain"
     result = materialize(
         reviews,
         root,
         filtered_documents=SHORT_TEXT_FILTERS,
-        training_batches={**BATCHES, "augment": "eda", "augment_copies": 2},
+        training_batches={**BATCHES, "pad_to": "longest", "augment": "eda", "augment_copies": 2},
     )
     assert result.success
     rows = _rows(root)
@@ -147,6 +148,21 @@ def test_augment_copies_vary_every_train_document_with_or_without_labels(
         assert len({tuple(r["tokens"]) for r in copies}) == 3
     assert {r["augmented"] for r in rows["validation"]} == {False}
     assert materializations(result)[TRAINING_BATCHES]["augmented"].value == 2 * len(per_document)
+    # Found by review: pre-formed batches as tensors turned the flag into int64 0/1, which
+    # indexes rows instead of masking them.
+    folder = Path(
+        WarehouseResource(root=str(root)).catalog().current_shards(TRAINING_BATCHES)[0].path
+    ).parent
+    flags = []
+    for tensors in ("np", "pt"):
+        ds = TokenBatchDataset(folder, "train", batches=True, return_tensors=tensors)
+        batch = ds[0]["augmented"]
+        assert str(batch.dtype) in ("bool", "torch.bool"), batch.dtype
+        flags.append([bool(f) for f in batch])
+        assert str(
+            TokenBatchDataset(folder, "train", return_tensors=tensors)[0]["augmented"].dtype
+        ) in ("bool", "torch.bool")
+    assert flags[0] == flags[1] and any(flags[0])
 
     under = _run(
         reviews, tmp_path / "under", balance="undersample", augment="eda", augment_copies=1

@@ -112,6 +112,40 @@ def test_leading_and_trailing_whitespace_stay():
         assert v.text.count("\n") == 1
 
 
+def test_a_deletion_keeps_the_line_breaks_of_the_words_it_deletes():
+    """A deleted word at a line's end takes not its line break with it: the lines stay, and
+    only a line whose every word goes disappears (found by review: deleting a title's last
+    word joined the title to the body)."""
+    lines = [" ".join(f"w{row}{col}" for col in range(8)) for row in range(10)]
+    text = "\n".join(lines) + "\n"
+    variants = eda_variants([text] * 200, ["d"] * 200, range(1, 201), seed=0, rate=0.1)
+    deletions = [v.text for v in variants if v.edit == "deletion"]
+    assert len(deletions) > 40
+    for variant in deletions:
+        assert variant.count("\n") == 10
+        # Each line holds only words of its own line.
+        for row, line in enumerate(variant.splitlines()):
+            assert {w[1] for w in line.split()} <= {str(row)}
+    title = "Title line\n\nBody of the review goes here."
+    for v in eda_variants([title] * 60, ["d"] * 60, range(1, 61), seed=0, rate=0.4):
+        if v.edit == "deletion" and "Title" in v.text and "Body" in v.text:
+            assert "\n\n" in v.text
+
+
+def test_an_edit_that_changes_nothing_is_no_edit():
+    """A swap of two equal words gives the document back: counted as unchanged, not a swap."""
+    variants = eda_variants(["good good"] * 60, ["d"] * 60, range(1, 61), seed=0, rate=0.1)
+    assert {v.edit for v in variants if v.text == "good good"} == {None}
+    assert {v.edit for v in variants} == {None, "deletion", "insertion"}
+
+
+def test_insertions_after_the_last_word_keep_the_trailing_whitespace_last():
+    variants = eda_variants(["a b\n"] * 80, ["d"] * 80, range(1, 81), seed=0, rate=0.5)
+    inserted = [v.text for v in variants if v.edit == "insertion"]
+    assert any(t.startswith("a b ") for t in inserted)  # some land after the last word
+    assert all(t.endswith("\n") and t.count("\n") == 1 and "  " not in t for t in inserted)
+
+
 @pytest.mark.parametrize("rate", [0, -0.1, 0.51, True, "0.1", None])
 def test_a_rate_outside_0_to_half_is_refused(rate):
     with pytest.raises(ValueError, match=r"augment_rate must be a number in \(0, 0.5\]"):
