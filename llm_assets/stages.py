@@ -48,6 +48,7 @@ from llm_assets.lib.batching import (
     derive_boundaries,
     length_histogram,
 )
+from llm_assets.lib.decontam import CONTAMINATED, DecontamSpec, EvalSetError, eval_index
 from llm_assets.lib.dedup import (
     SEEN_TABLE,
     DedupOutcome,
@@ -276,7 +277,7 @@ def _spec_config(spec: Any) -> dict[str, Any]:
     return asdict(spec) if hasattr(spec, "__dataclass_fields__") else dict(spec)
 
 
-OPTIONS_ADDED_UNSET = ("chat_field", "chat_template", "chat_answers")
+OPTIONS_ADDED_UNSET = ("chat_field", "chat_template", "chat_answers", "decontam")
 """Spec options added after warehouses were written: left unset (None) they are not part of a
 stage's config or fingerprint, so such warehouses keep their folders and reuse every shard."""
 
@@ -958,8 +959,10 @@ def _run_map_stage(
     metadata: dict[str, str] | None = None,
     materialize: bool = True,
     split_big_shards: bool = False,
+    extra: dict[str, Any] | None = None,
 ) -> StageReport:
-    """One task per upstream shard, its output shard keyed like it. With ``split_big_shards``
+    """One task per upstream shard, its output shard keyed like it (``extra``: what the
+    materialization shows besides the shards' counts). With ``split_big_shards``
     (the stage after ``raw_documents``), an upstream shard of more rows than the raw stage's
     ``rows_per_shard`` (one big input file that could not be cut when read) is cut into parts
     of whole row groups (:func:`~llm_assets.tasks.row_group_parts`), one task and one output
@@ -1011,6 +1014,7 @@ def _run_map_stage(
         config=config,
         planned=planned,
         fn=run_map,
+        extra=extra,
         materialize=materialize,
     )
 
@@ -1095,10 +1099,14 @@ def run_filtered_documents(ctx: StageContext, spec: FilterSpec | LengthFilterSpe
     started = time.time()
     if isinstance(spec, LengthFilterSpec):
         spec = FilterSpec(length=spec)
-    config = _spec_config(spec)
+    config = spec_fields(spec)
     if spec.flagged is not None and spec.flagged.path:
         # The list's content, not only its path, decides whether shards are reused.
         config["flagged_words_sha256"] = file_sha256(spec.flagged.path)
+    decontam_extra: dict[str, Any] = {}
+    if spec.decontam is not None:
+        decontam, config["decontam"], decontam_extra = _decontam(ctx, spec.decontam)
+        spec = replace(spec, decontam=decontam)
     if not spec.dedup:
         report = _run_map_stage(
             ctx,
@@ -1107,6 +1115,7 @@ def run_filtered_documents(ctx: StageContext, spec: FilterSpec | LengthFilterSpe
             kernel=filter_table,
             spec=spec,
             config=config,
+            extra=decontam_extra,
         )
         _refuse_nothing_kept(ctx, report)
         return report
@@ -1160,6 +1169,7 @@ def run_filtered_documents(ctx: StageContext, spec: FilterSpec | LengthFilterSpe
         "near_duplicate_candidate_pairs": outcome.candidate_pairs,
         "dedup_seconds": round(outcome.seconds, 3),
         "filter_seconds": round(annotated.seconds, 3),
+        **decontam_extra,
         SECONDS_BY_PART: annotated.extra[SECONDS_BY_PART],  # the annotate phase's, then apply's
     }
     report = _execute(
@@ -1175,6 +1185,57 @@ def run_filtered_documents(ctx: StageContext, spec: FilterSpec | LengthFilterSpe
     )
     _refuse_nothing_kept(ctx, report)
     return report
+
+
+def _documents_normalization(ctx: StageContext) -> NormalizeSpec:
+    """How the documents ``filtered_documents`` reads were normalized: the config of
+    ``normalized_documents``' materialization by this run, else its latest one (the default
+    preset if it has none). Decontamination normalizes the eval sets alike, PII redaction
+    excepted (eval sets are public text)."""
+    states = ctx.catalog.materialization_states([NORMALIZED_DOCUMENTS], ctx.run_id)
+    if NORMALIZED_DOCUMENTS not in states:
+        return NormalizeSpec()
+    ours, latest = states[NORMALIZED_DOCUMENTS]
+    recorded = json.loads((ours or latest).config)
+    default = NormalizeSpec()
+    return NormalizeSpec(
+        preset=recorded.get("preset", default.preset),
+        unicode_form=recorded.get("unicode_form", default.unicode_form),
+        strip_html=bool(recorded.get("strip_html", default.strip_html)),
+    )
+
+
+def _decontam(
+    ctx: StageContext, spec: DecontamSpec
+) -> tuple[DecontamSpec, dict[str, Any], dict[str, Any]]:
+    """The decontamination spec with the documents' normalization, built into its n-gram index
+    here, before any shard (a bad eval set fails the run, named); its part of the stage config
+    (the eval files by name and content, so an edited eval set filters again and a moved one
+    does not); and the counts the materialization shows."""
+    spec = replace(spec, normalize=_documents_normalization(ctx))
+    started = time.time()
+    try:
+        index = eval_index(spec)
+    except EvalSetError as exc:
+        raise StageInputError(f"filtered_documents.config.decontaminate: {exc}") from exc
+    ctx.log.info(
+        f"{FILTERED_DOCUMENTS}: decontaminating against {len(spec.files)} eval file(s): "
+        f"{index.records} records, {index.texts} texts, of which {index.checked} have "
+        f"{spec.min_ngram}+ words and are checked ({index.short} shorter are not), "
+        f"{len(index.hashes)} distinct n-grams of {list(index.lengths)} words; read in "
+        f"{time.time() - started:.2f} s"
+    )
+    config = {
+        **asdict(spec),
+        "files": [[name, file_checksum(path)] for path, name in spec.files],
+    }
+    extra = {
+        "decontaminate_eval_files": len(spec.files),
+        "decontaminate_eval_texts": index.texts,
+        "decontaminate_eval_texts_checked": index.checked,
+        "decontaminate_eval_ngrams": len(index.hashes),
+    }
+    return spec, config, extra
 
 
 class NothingKeptError(StageInputError):
@@ -1194,6 +1255,7 @@ _SETTING_OF_REASON = {
     "special_token_in_chat": "tokenized_documents.config.chat_template (and the tokenizer)",
     "too_few_tokens": "filtered_documents.config.min_tokens",
     "too_many_tokens": "filtered_documents.config.max_tokens",
+    CONTAMINATED: "filtered_documents.config.decontaminate (the eval sets, ngram, min_ngram)",
     "wrong_language": "filtered_documents.config.language.languages (or enabled: false)",
     "low_language_score": "filtered_documents.config.language.min_score (or enabled: false)",
     "missing_label": "filtered_documents.config.label_field",

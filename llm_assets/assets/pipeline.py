@@ -24,10 +24,11 @@ from llm_assets.constants import (
     TRAINING_BATCHES,
 )
 from llm_assets.lib.batching import BatchSpec
+from llm_assets.lib.decontam import DecontamSpec, EvalSetError, check_eval_sets
 from llm_assets.lib.dedup import ExactDedupSpec, NearDedupSpec
 from llm_assets.lib.filters import FilterSpec, LabelSpec, LengthFilterSpec
 from llm_assets.lib.flagged import FlaggedWordsSpec, load_word_list
-from llm_assets.lib.ingest import IngestSpec
+from llm_assets.lib.ingest import IngestSpec, detect_format
 from llm_assets.lib.language import LanguageSpec
 from llm_assets.lib.normalize import NormalizeSpec
 from llm_assets.lib.pii import PII_KINDS, PiiSpec
@@ -174,6 +175,27 @@ class DedupConfig(dg.Config):
     threshold: float = Field(0.8, description="Estimated Jaccard at which documents cluster")
 
 
+class DecontaminateConfig(dg.Config):
+    paths: list[str] = Field(
+        [],
+        description="Eval sets whose text must not be trained on: files or folders (every "
+        "input file under them), read like raw_documents' input, under the data root. Empty: "
+        "no decontamination",
+    )
+    fields: list[str] = Field(
+        ["text"],
+        description="The field (column) of each eval record's text, which every record must "
+        "have, then fields checked too when a record has them (strings, or lists of strings "
+        "such as answer choices)",
+    )
+    ngram: int = Field(13, description="A document sharing this many consecutive words is dropped")
+    min_ngram: int = Field(
+        8,
+        description="Eval texts shorter than ngram words but of at least this many are "
+        "matched whole; shorter ones are not checked",
+    )
+
+
 class FilterConfig(dg.Config):
     min_tokens: int = Field(10, description="Drop documents with fewer tokens (study: 10)")
     max_tokens: int | None = Field(None, description="Drop documents with more tokens")
@@ -188,6 +210,7 @@ class FilterConfig(dg.Config):
     flagged_words: FlaggedWordsConfig = Field(default_factory=FlaggedWordsConfig)
     language: LanguageConfig = Field(default_factory=LanguageConfig)
     dedup: DedupConfig = Field(default_factory=DedupConfig)
+    decontaminate: DecontaminateConfig = Field(default_factory=DecontaminateConfig)
 
 
 class BatchesConfig(dg.Config):
@@ -479,6 +502,7 @@ def filter_spec(config: FilterConfig, data_root: Path) -> FilterSpec:
         )
         if lang.enabled
         else None,
+        decontam=decontam_spec(config.decontaminate, data_root),
         exact_dedup=ExactDedupSpec() if d.exact else None,
         near_dedup=NearDedupSpec(
             ngram=d.ngram, num_perm=d.num_perm, bands=d.bands, threshold=d.threshold
@@ -486,6 +510,40 @@ def filter_spec(config: FilterConfig, data_root: Path) -> FilterSpec:
         if d.near
         else None,
     )
+
+
+def decontam_spec(config: DecontaminateConfig, data_root: Path) -> DecontamSpec | None:
+    """The eval sets of ``filtered_documents``' decontamination (None: no paths, off). Each path
+    is a file or a folder (its input files, as ``raw_documents`` lists them) inside the data
+    root; the files are read here, so an unreadable record or a missing field fails the run's
+    first step, named (cached: later steps do not read them again)."""
+    if not config.paths:
+        return None
+    files: list[tuple[str, str]] = []
+    for given in config.paths:
+        path = inside(given, data_root, "decontaminate.paths")
+        if path.is_dir():
+            found = stages.list_input_files(path, data_root)
+            files += [(str(file.resolve()), f"{given.rstrip('/')}/{rel}") for file, rel in found]
+        elif path.is_file():
+            try:
+                detect_format(str(path))
+            except ValueError as exc:
+                raise ValueError(f"decontaminate.paths {given!r}: {exc}") from exc
+            files.append((str(path), given))
+        else:
+            raise ValueError(f"decontaminate.paths {given!r}: no such file or folder")
+    spec = DecontamSpec(
+        files=tuple(dict.fromkeys(files)),
+        fields=tuple(config.fields),
+        ngram=config.ngram,
+        min_ngram=config.min_ngram,
+    )
+    try:
+        check_eval_sets(spec)
+    except EvalSetError as exc:
+        raise ValueError(f"decontaminate: {exc}") from exc
+    return spec
 
 
 def _ngram_bounds(bounds: dict[str, float]) -> tuple[tuple[int, float], ...]:

@@ -23,6 +23,7 @@ import hashlib
 import itertools
 import time
 from collections import Counter
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -124,6 +125,28 @@ def _lowered_words(
     return words.parents, ids[words.ids], lowered.dictionary
 
 
+def rolling_ngram_hashes(
+    hashes: np.ndarray, lengths: Iterable[int]
+) -> Iterator[tuple[int, np.ndarray]]:
+    """For each n of ``lengths``, ascending: the 64-bit hash of the n words starting at every
+    position of ``hashes`` (one uint64 per word, the texts' words one after another), mixed word
+    by word (``h = h * MIX ^ next``), so all lengths cost one pass of the longest. An n-gram
+    that runs past the array's end mixes in zeros; the caller drops those that cross the end of
+    their text. Each yielded array is new: later lengths do not change it."""
+    wanted = sorted(set(lengths))
+    if not wanted or wanted[0] < 1:
+        raise ValueError(f"n-gram lengths must be at least 1, got {sorted(set(lengths))}")
+    total = len(hashes)
+    padded = np.concatenate([hashes.astype(np.uint64, copy=False), np.zeros(wanted[-1], np.uint64)])
+    mixed = padded[:total].copy()
+    with np.errstate(over="ignore"):
+        for n in range(1, wanted[-1] + 1):
+            if n > 1:
+                mixed = (mixed * _MIX) ^ padded[n - 1 : total + n - 1]
+            if n in wanted:
+                yield n, mixed
+
+
 def shingle_hashes(
     texts: pa.Array | pa.ChunkedArray, ngram: int, seed: int, words: Words | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -139,14 +162,11 @@ def shingle_hashes(
     word_hash = np.array(
         [xxhash.xxh64_intdigest(w.encode(), seed) for w in vocab.to_pylist()], dtype=np.uint64
     )
-    hashes = np.concatenate([word_hash[ids], np.zeros(ngram, np.uint64)])
+    hashes = word_hash[ids]
     ends = np.cumsum(counts)
     total = len(ids)
     # The n-gram starting at every word position (positions near a text's end are dropped).
-    mixed = hashes[:total].copy()
-    with np.errstate(over="ignore"):
-        for k in range(1, ngram):
-            mixed = (mixed * _MIX) ^ hashes[k : total + k]
+    ((_, mixed),) = rolling_ngram_hashes(hashes, (ngram,))
     positions = np.arange(total)
     full = positions + ngram <= ends[parents]
     shingles, owner = mixed[full], parents[full]

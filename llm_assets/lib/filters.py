@@ -2,7 +2,8 @@
 
 :class:`FilterSpec` is the chain ``filtered_documents`` runs on every shard, in order: token-count
 bounds, the class label (labelled SFT data), the Gopher quality heuristics but the stop-word rule,
-the Gopher repetition rules, flagged words, language, and last the stop-word rule. The cheap,
+the Gopher repetition rules, flagged words, language, the stop-word rule, and last
+decontamination against eval sets (:mod:`llm_assets.lib.decontam`). The cheap,
 language-neutral rules come first, so the costly language model sees fewer documents; the
 English stop-word rule comes after language, so a French paragraph is rejected as
 ``wrong_language``, not as ``too_few_stop_words``. Each step sees only the rows the previous ones
@@ -23,6 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from llm_assets.lib.decontam import DecontamSpec, decontam_filter
 from llm_assets.lib.dedup import ExactDedupSpec, NearDedupSpec, dedup_annotate
 from llm_assets.lib.flagged import FlaggedWordsSpec, flagged_filter
 from llm_assets.lib.language import LanguageSpec, language_filter
@@ -38,6 +40,7 @@ from llm_assets.lib.schema import (
     LABEL,
     METADATA,
     N_TOKENS,
+    PROMPT,
     TEXT,
     StageResult,
     drop_rows,
@@ -151,6 +154,7 @@ class FilterSpec:
     repetition: RepetitionSpec | None = None
     flagged: FlaggedWordsSpec | None = None
     language: LanguageSpec | None = None
+    decontam: DecontamSpec | None = None
     exact_dedup: ExactDedupSpec | None = None
     near_dedup: NearDedupSpec | None = None
 
@@ -243,6 +247,11 @@ def filter_table(table: pa.Table, spec: FilterSpec | LengthFilterSpec) -> StageR
         steps.append(lambda t: language_filter(t, spec.language))
     if stop_words is not None:
         steps.append(lambda t: quality_filter(t, stop_words, words(t)))
+    if spec.decontam is not None:
+        decontam = spec.decontam
+        steps.append(
+            lambda t: decontam_filter(t, decontam, None if PROMPT in t.column_names else words(t))
+        )
     if spec.dedup:
         exact = spec.exact_dedup or ExactDedupSpec(enabled=False)
         near = spec.near_dedup or NearDedupSpec(enabled=False)
