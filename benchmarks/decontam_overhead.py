@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import statistics
 import sys
 import tempfile
 import time
@@ -32,7 +31,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from llm_assets.bench.report import machine_info
-from llm_assets.bench.runner import ensure_corpus, read_texts, run_pipeline
+from llm_assets.bench.runner import ensure_corpus, read_texts
 from llm_assets.datagen import generate_records
 from llm_assets.lib import decontam
 from llm_assets.lib.decontam import DecontamSpec, decontam_filter, eval_index
@@ -40,7 +39,7 @@ from llm_assets.lib.filters import FilterSpec
 from llm_assets.lib.normalize import NormalizeSpec, normalize_array
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from quality_overhead import quality_workload
+from quality_overhead import measure, quality_workload
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -104,33 +103,15 @@ def main(argv: list[str] | None = None) -> int:
         }
         for backend in args.backends:
             for name, workload in workloads.items():
-                seconds, rejected = [], {}
-                for rep in range(args.repetitions):
-                    result = run_pipeline(
-                        corpus.parent,
-                        backend,
-                        work_dir=work_dir,
-                        size=args.rows,
-                        repetition=rep,
-                        workload=workload,
-                        workers=2,
-                        keep_warehouse=False,
-                    )
-                    seconds.append(result.seconds)
-                    rejected = {"rows_out": result.rows_out}
-                    print(
-                        f"{backend:12s} {name:8s} rep {rep}: {result.seconds:7.2f} s "
-                        f"({args.rows / result.seconds:,.0f} rows/s, {result.rows_out} kept, "
-                        f"peak PSS {result.peak_total_pss_mb:.0f} MB) filtered_documents "
-                        f"{result.stage_seconds.get('filtered_documents', 0):.2f} s",
-                        flush=True,
-                    )
-                median = statistics.median(seconds)
-                report["pipelines"][f"{backend}/{name}"] = {
-                    "median_seconds": round(median, 3),
-                    "runs": [round(s, 3) for s in seconds],
-                    **rejected,
-                }
+                report["pipelines"][f"{backend}/{name}"] = measure(
+                    corpus.parent,
+                    backend,
+                    name,
+                    workload,
+                    rows=args.rows,
+                    repetitions=args.repetitions,
+                    work_dir=work_dir,
+                )
             with_it = report["pipelines"][f"{backend}/decontam"]["median_seconds"]
             without = report["pipelines"][f"{backend}/quality"]["median_seconds"]
             print(f"{backend}: decontam/quality wall time = {with_it / without:.3f}")

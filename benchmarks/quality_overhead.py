@@ -129,6 +129,51 @@ def time_kernels(texts: list[str], work_dir: Path) -> dict[str, dict[str, float]
     return out
 
 
+def measure(
+    corpus_dir: Path,
+    backend: str,
+    name: str,
+    workload: Workload,
+    *,
+    rows: int,
+    repetitions: int,
+    work_dir: Path,
+) -> dict:
+    """Run our pipeline ``repetitions`` times on ``backend`` (2 workers), printing each run;
+    the medians and every run's figures."""
+    seconds, cpu, rows_out = [], [], 0
+    for rep in range(repetitions):
+        result = run_pipeline(
+            corpus_dir,
+            backend,
+            work_dir=work_dir,
+            size=rows,
+            repetition=rep,
+            workload=workload,
+            workers=2,
+        )
+        seconds.append(result.seconds)
+        cpu.append(result.cpu_seconds)
+        rows_out = result.rows_out
+        print(
+            f"{backend:12s} {name:8s} rep {rep}: {result.seconds:7.2f} s "
+            f"({rows / result.seconds:,.0f} rows/s, {rows_out} kept, "
+            f"CPU {result.cpu_seconds:.1f} s, "
+            f"peak PSS {result.peak_total_pss_mb:.0f} MB) stages "
+            + json.dumps({k: round(v, 2) for k, v in result.stage_seconds.items()}),
+            flush=True,
+        )
+    median = statistics.median(seconds)
+    return {
+        "median_seconds": round(median, 3),
+        "rows_per_second": round(rows / median, 1),
+        "rows_out": rows_out,
+        "runs": [round(s, 3) for s in seconds],
+        "cpu_seconds": [round(c, 2) for c in cpu],
+        "median_cpu_seconds": round(statistics.median(cpu), 2),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=200_000)
@@ -143,37 +188,15 @@ def main(argv: list[str] | None = None) -> int:
         work_dir = Path(work)
         for backend in args.backends:
             for name, workload in (("plain", Workload()), ("quality", quality_workload())):
-                seconds, cpu, rows_out = [], [], 0
-                for rep in range(args.repetitions):
-                    result = run_pipeline(
-                        corpus.parent,
-                        backend,
-                        work_dir=work_dir,
-                        size=args.rows,
-                        repetition=rep,
-                        workload=workload,
-                        workers=2,
-                    )
-                    seconds.append(result.seconds)
-                    cpu.append(result.cpu_seconds)
-                    rows_out = result.rows_out
-                    print(
-                        f"{backend:12s} {name:8s} rep {rep}: {result.seconds:7.2f} s "
-                        f"({args.rows / result.seconds:,.0f} rows/s, {rows_out} kept, "
-                        f"CPU {result.cpu_seconds:.1f} s, "
-                        f"peak PSS {result.peak_total_pss_mb:.0f} MB) stages "
-                        + json.dumps({k: round(v, 2) for k, v in result.stage_seconds.items()}),
-                        flush=True,
-                    )
-                median = statistics.median(seconds)
-                report["pipelines"][f"{backend}/{name}"] = {
-                    "median_seconds": round(median, 3),
-                    "rows_per_second": round(args.rows / median, 1),
-                    "rows_out": rows_out,
-                    "runs": [round(s, 3) for s in seconds],
-                    "cpu_seconds": [round(c, 2) for c in cpu],
-                    "median_cpu_seconds": round(statistics.median(cpu), 2),
-                }
+                report["pipelines"][f"{backend}/{name}"] = measure(
+                    corpus.parent,
+                    backend,
+                    name,
+                    workload,
+                    rows=args.rows,
+                    repetitions=args.repetitions,
+                    work_dir=work_dir,
+                )
             plain = report["pipelines"][f"{backend}/plain"]["rows_per_second"]
             quality = report["pipelines"][f"{backend}/quality"]["rows_per_second"]
             report["pipelines"][f"{backend}/ratio"] = round(quality / plain, 3)
