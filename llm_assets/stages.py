@@ -1188,15 +1188,40 @@ def run_filtered_documents(ctx: StageContext, spec: FilterSpec | LengthFilterSpe
 
 
 def _documents_normalization(ctx: StageContext) -> NormalizeSpec:
-    """How the documents ``filtered_documents`` reads were normalized: the config of
-    ``normalized_documents``' materialization by this run, else its latest one (the default
-    preset if it has none). Decontamination normalizes the eval sets alike, PII redaction
-    excepted (eval sets are public text)."""
-    states = ctx.catalog.materialization_states([NORMALIZED_DOCUMENTS], ctx.run_id)
-    if NORMALIZED_DOCUMENTS not in states:
-        return NormalizeSpec()
-    ours, latest = states[NORMALIZED_DOCUMENTS]
-    recorded = json.loads((ours or latest).config)
+    """How the documents ``filtered_documents`` reads were normalized, by their lineage: the
+    config recorded with the ``normalized_documents`` shards the current tokenized shards were
+    made from (not the latest normalization, which a run of that asset alone may have changed
+    since). Without lineage (a catalog that lost it), the latest materialization's config; the
+    default preset if there is none. Decontamination normalizes the eval sets alike, PII
+    redaction excepted (eval sets are public text)."""
+    sources = sorted(
+        {
+            path
+            for shard in ctx.catalog.current_shards(TOKENIZED_DOCUMENTS)
+            for path in shard.input_shards
+        }
+    )
+    configs = [
+        str(config)
+        for (config,) in ctx.catalog.query(
+            "SELECT DISTINCT CAST(config AS VARCHAR) FROM shards "
+            "WHERE asset = ? AND list_contains(?, path) ORDER BY 1",
+            [NORMALIZED_DOCUMENTS, sources],
+        )
+    ]
+    if len(configs) > 1:
+        ctx.log.warning(
+            f"{FILTERED_DOCUMENTS}: the tokenized documents come from {len(configs)} "
+            "normalized_documents configs; decontamination normalizes the eval sets like the "
+            "first of them"
+        )
+    if not configs:
+        states = ctx.catalog.materialization_states([NORMALIZED_DOCUMENTS], ctx.run_id)
+        if NORMALIZED_DOCUMENTS not in states:
+            return NormalizeSpec()
+        ours, latest = states[NORMALIZED_DOCUMENTS]
+        configs = [(ours or latest).config]
+    recorded = json.loads(configs[0])
     default = NormalizeSpec()
     return NormalizeSpec(
         preset=recorded.get("preset", default.preset),

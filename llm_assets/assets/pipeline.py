@@ -523,7 +523,10 @@ def decontam_spec(config: DecontaminateConfig, data_root: Path) -> DecontamSpec 
     for given in config.paths:
         path = inside(given, data_root, "decontaminate.paths")
         if path.is_dir():
-            found = stages.list_input_files(path, data_root)
+            try:
+                found = stages.list_input_files(path, data_root)
+            except ValueError as exc:
+                raise ValueError(f"decontaminate.paths {given!r}: {exc}") from exc
             files += [(str(file.resolve()), f"{given.rstrip('/')}/{rel}") for file, rel in found]
         elif path.is_file():
             try:

@@ -56,6 +56,7 @@ from llm_assets.lib.schema import (
     VALUE,
     StageResult,
     drop_rows,
+    string_array,
 )
 
 DECONTAM_STAGE = "filter"
@@ -71,7 +72,9 @@ _QUOTE_WORDS = 20
 """At most this many words of the shared n-gram are quoted in a reject's value."""
 _CHUNK_WORDS = 1 << 20
 """Words of a batch searched at once: ~50 MB of n-gram arrays."""
-"""At most this many words of the shared n-gram are quoted in a reject's value."""
+_MARKUP = r"<[^<>\s]{1,64}>|\[/?[A-Z][A-Z_]{1,15}\]"
+"""Chat and prompt markup in a rendered prompt (``<|im_end|>``, ``</s>``, ``<start_of_turn>``,
+``[INST]``): a word break, so that a question's last word is not glued to the marker after it."""
 
 
 class EvalSetError(ValueError):
@@ -187,12 +190,19 @@ def _strings(value: Any) -> Iterator[str]:
             yield from _strings(item)
 
 
-def _nothing_to_match(spec: DecontamSpec) -> EvalSetError:
+def _nothing_to_match(spec: DecontamSpec, normalized: bool = False) -> EvalSetError:
+    names = ", ".join(name for _, name in spec.files)
+    if normalized:
+        return EvalSetError(
+            f"the eval sets ({names}) hold texts of {spec.min_ngram} words or more "
+            f"(decontaminate min_ngram), but none once normalized like the documents "
+            f"(normalized_documents' preset {spec.normalize.preset!r}; ascii_lower removes every "
+            "letter outside a-z): nothing could be matched"
+        )
     return EvalSetError(
-        f"the eval sets ({', '.join(name for _, name in spec.files)}) hold no text of "
-        f"{spec.min_ngram} words or more (decontaminate min_ngram) in the fields "
-        f"{list(spec.fields)}: nothing could be matched; name the fields that hold the "
-        "questions and answers"
+        f"the eval sets ({names}) hold no text of {spec.min_ngram} words or more "
+        f"(decontaminate min_ngram) in the fields {list(spec.fields)}: nothing could be "
+        "matched; name the fields that hold the questions and answers"
     )
 
 
@@ -227,6 +237,7 @@ def _read_eval_texts(
     texts: list[str] = []
     where: list[str] = []
     records = 0
+    seen: set[str] = set()
     for path, name in files:
         txt = name.lower().endswith(".txt")
         try:
@@ -257,12 +268,20 @@ def _read_eval_texts(
                     texts.append(text)
                     where.append(f"{name}:{line}" if txt else f"{name}:{line} {first}")
                     record = json.loads(meta) if meta else {}
+                    seen.update(other for other in others if other in record)
                     for other in others:
                         for value in _strings(record.get(other)):
                             texts.append(value)
                             where.append(f"{name}:{line} {other}")
         except OSError as exc:
             raise EvalSetError(f"eval set {name}: {exc.strerror or exc}") from exc
+    absent = [other for other in others if other not in seen]
+    if absent:
+        raise EvalSetError(
+            f"no record of the eval sets ({', '.join(name for _, name in files)}) has the "
+            f"field(s) {absent} of decontaminate fields: a misspelled field would check "
+            "nothing; name fields the records hold"
+        )
     return EvalTexts(tuple(texts), tuple(where), records)
 
 
@@ -318,7 +337,8 @@ def _eval_index(spec: DecontamSpec, stamps: tuple[tuple[int, int], ...]) -> Eval
     counts = np.bincount(parents, minlength=rows)
     checked = counts >= spec.min_ngram
     if not checked.any():
-        raise _nothing_to_match(spec)
+        raw = any(len(text.split()) >= spec.min_ngram for text in read.texts)
+        raise _nothing_to_match(spec, normalized=raw)
     # Texts of at least ngram words give every n-gram; shorter checked ones one n-gram of all
     # their words.
     lengths = sorted({int(n) for n in counts[checked & (counts < spec.ngram)]})
@@ -347,11 +367,16 @@ def _eval_index(spec: DecontamSpec, stamps: tuple[tuple[int, int], ...]) -> Eval
     )
 
 
-def _checked_texts(table: pa.Table) -> pa.Array | pa.ChunkedArray:
-    """What is checked of each row: the text, after the rendered prompt for SFT rows."""
+def _checked_texts(table: pa.Table, normalize: NormalizeSpec) -> pa.Array | pa.ChunkedArray:
+    """What is checked of each row: the text, after the rendered prompt for SFT rows. The text
+    was normalized by ``normalized_documents``; the prompt, rendered from the record's fields
+    at tokenization, was not: it gets the same normalization here (the eval texts' too), after
+    its chat markup becomes word breaks."""
     if PROMPT not in table.column_names:
         return table[TEXT]
-    return pc.binary_join_element_wise(table[PROMPT], table[TEXT], "\n", null_handling="skip")
+    prompt = pc.replace_substring_regex(string_array(table[PROMPT]), _MARKUP, " ")
+    prompt = normalize_array(prompt, normalize)
+    return pc.binary_join_element_wise(prompt, table[TEXT], "\n", null_handling="skip")
 
 
 def decontam_filter(table: pa.Table, spec: DecontamSpec, words: Words | None = None) -> StageResult:
@@ -363,7 +388,7 @@ def decontam_filter(table: pa.Table, spec: DecontamSpec, words: Words | None = N
     index = eval_index(spec)
     rows = table.num_rows
     if PROMPT in table.column_names or words is None:
-        words = Words.of(_checked_texts(table))
+        words = Words.of(_checked_texts(table, spec.normalize))
     parents, ids, vocab = canonical_words(words)
     word_hashes = _word_hashes(vocab)[ids]
     shared = np.zeros(rows, np.int64)

@@ -33,8 +33,9 @@ def _run(
     decontaminate: dict | None = None,
     backend: str = "in_process",
     preset: str = "default",
+    filters: dict | None = None,
 ) -> dg.ExecuteInProcessResult:
-    filters: dict = {"decontaminate": decontaminate} if decontaminate else {}
+    filters = filters or ({"decontaminate": decontaminate} if decontaminate else {})
     return dg.materialize(
         PIPELINE_ASSET_DEFS,
         selection=DOCUMENT_STAGES,
@@ -217,11 +218,51 @@ def test_a_bad_eval_set_fails_the_first_step_naming_it(wiki, tmp_path, content, 
 
 def test_an_eval_path_outside_the_data_root_or_missing_is_refused(wiki, tmp_path):
     input_dir = wiki[0]
+    (tmp_path / "empty").mkdir()
     for path, message in [
         ("/etc/hostname", "outside the data root"),
         (str(tmp_path / "nowhere.jsonl"), "no such file or folder"),
+        (str(tmp_path / "empty"), "holds no input files"),
     ]:
         result = _run(input_dir, tmp_path / "wh", {"paths": [path]})
         assert not result.success
         assert "decontaminate.paths" in _failure_message(result)
         assert message in _failure_message(result)
+
+
+def test_eval_texts_follow_the_normalization_the_documents_came_through(wiki, tmp_path):
+    """``normalized_documents`` materialized alone with another preset since the tokenized
+    documents were made: the filter stage, materialized alone, still normalizes the eval texts
+    like the documents it reads (their lineage), so an accented quote still matches."""
+    input_dir = wiki[0]
+    root = tmp_path / "wh"
+    no_language = {"language": {"enabled": False}}
+    assert _run(input_dir, root, filters=no_language).success
+    kept = _kept(root)
+    doc_id, quote = next(
+        (d, " ".join(t.split()[i : i + 14]))
+        for d, t in sorted(kept.items())
+        for i in range(len(t.split()) - 14)
+        # An accented word in the middle: both 13-grams of the 14 words hold it.
+        if not t.split()[i + 7].isascii()
+        and all(any(c.isalnum() for c in w) for w in t.split()[i : i + 14])
+    )
+    (tmp_path / "e.jsonl").write_text(json.dumps({"text": quote}) + "\n")
+    config = {**no_language, "decontaminate": {"paths": [str(tmp_path / "e.jsonl")]}}
+    assert _run(input_dir, root, filters=config).success
+    assert doc_id in _rejects(root)
+
+    resources = {"compute": ComputeResource(), "warehouse": WarehouseResource(root=str(root))}
+    for asset, asset_config in [
+        (NORMALIZED_DOCUMENTS, {"preset": "ascii_lower"}),
+        (FILTERED_DOCUMENTS, config),
+    ]:
+        result = dg.materialize(
+            PIPELINE_ASSET_DEFS,
+            selection=[asset],
+            resources=resources,
+            run_config={"ops": {asset: {"config": asset_config}}},
+            raise_on_error=False,
+        )
+        assert result.success
+    assert doc_id in _rejects(root)

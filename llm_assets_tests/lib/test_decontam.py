@@ -315,3 +315,53 @@ def test_the_filter_chain_runs_it_last_before_dedup(mcq):
     result = filter_table(table, FilterSpec(length=LengthFilterSpec(min_tokens=10), decontam=mcq))
     assert result.kept["doc_id"].to_pylist() == ["d2"]
     assert result.rejects["reason"].to_pylist() == ["too_few_tokens", CONTAMINATED]
+
+
+def test_a_chat_prompt_is_checked_with_its_markup_as_word_breaks_and_normalized(tmp_path):
+    """A rendered ChatML prompt glues the question's last word to ``<|im_end|>``; the markup is
+    a word break, so an 11-word question is still matched whole. The prompt, rendered from raw
+    fields, gets the documents' normalization: under ``ascii_lower`` an accented question in
+    the prompt matches its eval text (both lose the accents)."""
+    short = "Which planet in our solar system has the most moons now?"
+    french = (
+        "Quelle rivière traverse la vieille ville de Prague avant de rejoindre l'Elbe à Mělník?"
+    )
+    path = _jsonl(tmp_path / "e.jsonl", [{"text": short}, {"text": french}])
+    chat = [
+        f"<|im_start|>user\n{short}<|im_end|>\n<|im_start|>assistant\n",
+        f"<|im_start|>user\n{french}<|im_end|>\n<|im_start|>assistant\n",
+        "<|im_start|>user\nWhich planet has rings?<|im_end|>\n<|im_start|>assistant\n",
+    ]
+    ascii_lower = NormalizeSpec(preset="ascii_lower")
+    for normalize in (NormalizeSpec(), ascii_lower):
+        answers = normalize_array(pa.array(["Saturn."] * 3), normalize).to_pylist()
+        result = decontam_filter(_docs(*answers, prompt=chat), _spec(path, normalize=normalize))
+        assert result.kept["doc_id"].to_pylist() == ["d2"], normalize.preset
+        first = result.rejects["value"][0].as_py()
+        assert first.startswith('e.jsonl:1 text: "which planet in our solar system has the most')
+        assert first.endswith('moons now" (11 words; 1 shared n-gram)')
+
+
+def test_a_misspelled_optional_field_is_an_error_not_a_silent_skip(mcq, tmp_path):
+    """An optional field in no record of any eval set is a misspelling: it would check
+    nothing. A field some records lack is fine."""
+    typo = DecontamSpec(files=mcq.files, fields=("question", "choise"))
+    with pytest.raises(
+        EvalSetError,
+        match=r"no record of the eval sets \(mcq\.jsonl\) has the field\(s\) \['choise'\]",
+    ):
+        read_eval_texts(typo)
+    some = _jsonl(tmp_path / "s.jsonl", [{"q": QUESTION, "hint": CHOICE}, {"q": QUESTION}])
+    assert read_eval_texts(_spec(some, fields=("q", "hint"))).texts == (QUESTION, CHOICE, QUESTION)
+
+
+def test_an_eval_set_the_documents_preset_empties_says_so(tmp_path):
+    """Cyrillic questions under ``ascii_lower`` lose every letter: the error names the preset
+    rather than claiming the texts are short."""
+    question = "Какая река протекает через старый город Прагу прежде чем впасть в Эльбу у Мельника"
+    path = _jsonl(tmp_path / "ru.jsonl", [{"text": question}])
+    assert eval_index(_spec(path)).checked == 1
+    with pytest.raises(
+        EvalSetError, match=r"none once normalized like the documents .*'ascii_lower'"
+    ):
+        eval_index(_spec(path, normalize=NormalizeSpec(preset="ascii_lower")))
