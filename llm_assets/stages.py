@@ -47,6 +47,7 @@ from llm_assets.lib.batching import (
     batch_schema_metadata,
     derive_boundaries,
     length_histogram,
+    spread_quotas,
 )
 from llm_assets.lib.decontam import CONTAMINATED, DecontamSpec, EvalSetError, eval_index
 from llm_assets.lib.dedup import (
@@ -63,6 +64,7 @@ from llm_assets.lib.ingest import (
     detect_format,
     file_encoding,
 )
+from llm_assets.lib.mixture import MixtureSpec, mixture_targets
 from llm_assets.lib.normalize import NormalizeSpec, normalize_table
 from llm_assets.lib.schema import INPUT_IDS, LABEL, PROMPT_TOKENS
 from llm_assets.lib.tokenization import (
@@ -74,6 +76,8 @@ from llm_assets.lib.tokenization import (
 )
 from llm_assets.paths import PathEscapeError, inside
 from llm_assets.tasks import (
+    MIXTURE_DOCUMENTS,
+    MIXTURE_TOKENS,
     SCATTER_FORMAT,
     SPLITS,
     DedupApplyTask,
@@ -100,6 +104,8 @@ from llm_assets.tasks import (
     scatter_done,
     scatter_key,
     scatter_pieces,
+    source_counts,
+    trainable,
     trainable_label_counts,
 )
 from llm_assets.warehouse.catalog import Catalog, ShardRecord
@@ -1475,24 +1481,29 @@ def scatter_folder_name(
     validation_fraction: float,
     n_buckets: int,
     text: bool = False,
+    sources: bool = False,
 ) -> str:
     """The name of a filtered shard's scatter folder (``training_batches/_scatter/<name>``): its
     key and the input of its scatter (its checksum, the split and shuffle settings, the scatter
-    format, and whether it holds the text: ``augment`` runs have folders of their own), so every
-    batches folder with these settings shares it."""
+    format, and whether it holds the text and the sources: ``augment`` and ``mixture`` runs have
+    folders of their own), so every batches folder with these settings shares it."""
     scatter_fp = fingerprint(
-        checksum, *scatter_settings(seed, validation_fraction, n_buckets, text)
+        checksum, *scatter_settings(seed, validation_fraction, n_buckets, text, sources)
     )
     return f"{shard}-{scatter_fp}"
 
 
 def scatter_settings(
-    seed: int, validation_fraction: float, n_buckets: int, text: bool
+    seed: int, validation_fraction: float, n_buckets: int, text: bool, sources: bool = False
 ) -> tuple[Any, ...]:
     """What a scatter depends on besides its shard's bytes (with every shard's checksum, what
-    every batch file does: the files' ``source_fingerprint``). ``text`` only when set, so the
-    folders of runs without ``augment`` keep their names."""
-    return (seed, validation_fraction, n_buckets, SCATTER_FORMAT) + (("text",) if text else ())
+    every batch file does: the files' ``source_fingerprint``). ``text`` and ``sources`` only when
+    set, so the folders of runs without ``augment`` or ``mixture`` keep their names."""
+    return (
+        (seed, validation_fraction, n_buckets, SCATTER_FORMAT)
+        + (("text",) if text else ())
+        + (("sources",) if sources else ())
+    )
 
 
 COMPLETE_MARKER = "_COMPLETE.json"
@@ -1578,12 +1589,15 @@ def run_training_batches(
         del config["balance"], config["max_copies"]
     if spec.augment == "none":  # likewise
         del config["augment"], config["augment_copies"], config["augment_rate"]
+    if spec.mixture is None:  # likewise
+        del config["mixture"]
+    mixed = spec.mixture is not None
     if spec.layout == "packed" and spec.overflow == "truncate":
         config["cut_eos"] = "masked"  # the EOS after a cut SFT document is not learned
     # What the scatter of one shard depends on besides its bytes; with every shard's checksum,
     # what every batch file depends on besides the config (the files' source_fingerprint).
     scatter_fp_base = scatter_settings(
-        spec.seed, spec.validation_fraction, n_buckets, spec.augment != "none"
+        spec.seed, spec.validation_fraction, n_buckets, spec.augment != "none", mixed
     )
     all_fp = fingerprint([s.checksum for s in upstream], *scatter_fp_base)
     stage_fp = fingerprint(asset, STAGE_CODE_VERSIONS[asset], config, all_fp)
@@ -1600,6 +1614,8 @@ def run_training_batches(
         raise StageInputError(balance_needs_labels(spec.balance))
     if spec.balance != "none" and megatron:
         raise StageInputError(balance_without_megatron(spec.balance))
+    if mixed and megatron:
+        raise StageInputError(MIXTURE_WITHOUT_MEGATRON)
     augment_tokenizer = _augment_tokenizer(spec, schema.names, meta, megatron)
 
     if spec.layout == "bucketed" and spec.bucket_boundaries is None:
@@ -1651,10 +1667,11 @@ def run_training_batches(
                 spec.validation_fraction,
                 n_buckets,
                 text=spec.augment != "none",
+                sources=mixed,
             )
             out_dir = str(scatter_root / name)
             scatter_dirs.append(out_dir)
-            if not scatter_done(out_dir, input_fp, labelled=labelled):
+            if not scatter_done(out_dir, input_fp, labelled=labelled, sources=mixed):
                 _check_sources(asset, [source])
                 scatter_tasks.append(
                     ScatterTask(source.shard, source.path, out_dir, input_fp, spec, n_buckets)
@@ -1676,16 +1693,27 @@ def run_training_batches(
         counts: Counter[str] = Counter()
         lengths: Counter[int] = Counter()
         label_counts: dict[str, Counter[str]] = {}
+        file_counts: dict[str, dict[str, list[int]]] = {}
         for directory in scatter_dirs:
             manifest = read_scatter_manifest(directory)
             counts.update(manifest["counts"])
             lengths.update({int(n): d for n, d in manifest["lengths"].items()})
             for key, per_label in manifest.get("labels", {}).items():
                 label_counts.setdefault(key, Counter()).update(per_label)
+            for key, per_file in manifest.get("sources", {}).items():
+                held = file_counts.setdefault(key, {})
+                for name, (docs, tokens) in per_file.items():
+                    was = held.setdefault(name, [0, 0])
+                    was[0] += int(docs)
+                    was[1] += int(tokens)
         pieces = scatter_pieces(scatter_dirs)
-        quotas = _balance_quotas(
-            ctx, spec, label_counts, n_buckets, pieces, prompted=PROMPT_TOKENS in schema.names
-        )
+        prompted = PROMPT_TOKENS in schema.names
+        if spec.mixture is not None:
+            quotas, planned_mixture = _mixture_quotas(
+                ctx, spec.mixture, spec, file_counts, n_buckets, pieces, prompted
+            )
+        else:
+            quotas = _balance_quotas(ctx, spec, label_counts, n_buckets, pieces, prompted)
         planned = []
         for split in SPLITS:
             for bucket in range(n_buckets):
@@ -1744,6 +1772,8 @@ def run_training_batches(
             extra["bucket_boundaries"] = list(spec.bucket_boundaries)
         if labelled:
             extra["label_documents_in"] = _per_split(label_counts)
+        if spec.mixture is not None:
+            extra["mixture_planned"] = planned_mixture
         if megatron:
             # From the scatter files, like the gather: before it, so that the catalog's record of
             # the materialization holds the export's paths and its time. In the batches' own folder,
@@ -1777,6 +1807,8 @@ def run_training_batches(
     if labelled:
         report.extra["label_documents"] = _label_documents(report)
         ctx.log.info(f"{asset}: documents per class label: {report.extra['label_documents']}")
+    if spec.mixture is not None:
+        _report_mixture(ctx, report, spec.mixture)
     _log_augment(ctx, report, spec)
     _warn_lost_tokens(ctx, report, spec)
     ctx.log.info(
@@ -1990,6 +2022,203 @@ def _balance_quotas(
     return quotas
 
 
+MIXTURE_WITHOUT_MEGATRON = (
+    f"{TRAINING_BATCHES}.config.mixture is set and megatron is true: the Megatron-LM export "
+    "holds every document once, so it would not be mixed like the Parquet batches. Megatron-LM "
+    "blends sources itself (--data-path with a weight before each prefix): set megatron: false, "
+    "or leave mixture.sources empty"
+)
+"""Why ``mixture`` and the Megatron export do not go together."""
+
+
+def _mixture_quotas(
+    ctx: StageContext,
+    mixture: MixtureSpec,
+    spec: BatchSpec,
+    file_counts: Mapping[str, Mapping[str, Sequence[int]]],
+    n_buckets: int,
+    pieces: Mapping[str, Sequence[Any]],
+    prompted: bool,
+) -> tuple[dict[int, tuple[LabelQuota, ...]], dict[str, dict[str, Any]]]:
+    """The quotas of each source of the mixture in each train bucket, and what they plan per
+    source (its weight and share, its train documents and tokens, the documents it keeps and
+    the tokens they are expected to hold), logged, with a WARNING where the mixture costs much:
+    more than :data:`BALANCE_COPIES_WARNING` copies of a document, an undersample keeping less
+    than a tenth of the split, a source left with no document, or ``max_copies`` keeping a source
+    below its share.
+
+    Every input file of the batches' documents must belong to a source, and every source must
+    have train documents: else a :class:`StageInputError` names the files or the source. With
+    prompts (SFT and chat rows), each train bucket is read once more to count only the documents
+    the layout uses (:func:`~llm_assets.tasks.trainable`), as the balance of the classes does."""
+    asset = TRAINING_BATCHES
+    files: dict[str, int] = {}
+    for per_file in file_counts.values():
+        for name, (docs, _) in per_file.items():
+            files[name] = files.get(name, 0) + int(docs)
+    source_of = {name: mixture.source_of(name) for name in sorted(files)}
+    if unmatched := [name for name, source in source_of.items() if source is None]:
+        shown = ", ".join(repr(name) for name in unmatched[:5])
+        more = f" and {len(unmatched) - 5} more" if len(unmatched) > 5 else ""
+        raise StageInputError(
+            f"{asset}.config.mixture: {sum(files[n] for n in unmatched):,} document(s) of "
+            f"{len(unmatched)} input file(s) belong to no source: {shown}{more}. Every input "
+            "file must belong to one: add it to a source's files (paths and patterns relative "
+            "to the input folder; a last source with files: ['*'] holds every file left)"
+        )
+    train: dict[int, dict[str, int]] = {}
+    tokens: dict[str, int] = {}
+    for bucket in range(n_buckets):
+        key = scatter_key("train", bucket)
+        if prompted and key in pieces:
+            table = read_scatter_pieces(pieces[key])
+            per_file = {} if table is None else source_counts(trainable(table, spec))
+        else:
+            per_file = file_counts.get(key, {})
+        held: dict[str, int] = {}
+        for name, (docs, n_tokens) in per_file.items():
+            source = source_of[name]
+            assert source is not None
+            held[source] = held.get(source, 0) + int(docs)
+            tokens[source] = tokens.get(source, 0) + int(n_tokens)
+        train[bucket] = held
+    documents = {s.name: sum(b.get(s.name, 0) for b in train.values()) for s in mixture.sources}
+    for source in mixture.sources:
+        if documents[source.name]:
+            continue
+        given = [name for name, held_by in source_of.items() if held_by == source.name]
+        if given:
+            why = (
+                f"its {sum(files[n] for n in given):,} document(s) (in {len(given)} file(s)) are "
+                "all in the validation split"
+                + (" or fill their sequence with the prompt" if prompted else "")
+            )
+        else:
+            known = ", ".join(repr(n) for n in sorted(files)[:5])
+            why = (
+                f"its files match none of the {len(files)} input file(s) the filtered documents "
+                f"come from ({known}{', ...' if len(files) > 5 else ''}): check its files, and "
+                "whether the filters rejected all of its documents (SELECT reason, count(*) FROM "
+                "rejects WHERE source_file LIKE '<pattern>' GROUP BY ALL)"
+            )
+        raise StageInputError(
+            f"{asset}.config.mixture: source {source.name!r} (files {list(source.files)}) has "
+            f"no train document: {why}"
+        )
+    amounts = {
+        name: tokens.get(name, 0) if mixture.by == "tokens" else n for name, n in documents.items()
+    }
+    if mixture.by == "tokens" and (empty := [n for n, a in amounts.items() if not a]):
+        raise StageInputError(
+            f"{asset}.config.mixture: source(s) {empty} have train documents but no token: "
+            "weigh by documents (mixture.by: documents)"
+        )
+    targets = mixture_targets(documents, amounts, mixture)
+    quotas = spread_quotas(train, targets)
+    shares = mixture.shares
+    amount_total = sum(amounts.values())
+    expected = {name: amounts[name] * targets[name] / documents[name] for name in documents}
+    expected_total = sum(expected.values()) or 1
+    unit = "tokens" if mixture.by == "tokens" else "documents"
+    planned = {
+        source.name: {
+            "weight": source.weight,
+            "share": round(shares[source.name], 6),
+            "train_documents": documents[source.name],
+            "train_tokens": tokens.get(source.name, 0),
+            "share_before": round(amounts[source.name] / amount_total, 6),
+            "documents": targets[source.name],
+            "expected_share": round(expected[source.name] / expected_total, 6),
+        }
+        for source in mixture.sources
+    }
+    ctx.log.info(
+        f"{asset}: mixture {mixture.mode} by {mixture.by}: train "
+        + ", ".join(
+            f"{name!r} {p['train_documents']:,} documents ({p['share_before']:.1%} of the "
+            f"{unit}) -> {p['documents']:,} ({p['expected_share']:.1%}, share {p['share']:.1%})"
+            for name, p in planned.items()
+        )
+        + (
+            " (the documents the layout uses: prompt_fills_sequence rejects left out)"
+            if prompted
+            else ""
+        )
+    )
+    most = {name: -(-targets[name] // documents[name]) for name in documents}
+    if mixture.mode == "oversample" and max(most.values()) > BALANCE_COPIES_WARNING:
+        heavy = sorted(name for name, n in most.items() if n > BALANCE_COPIES_WARNING)
+        ctx.log.warning(
+            f"{asset}: mixture oversample repeats each train document of "
+            + ", ".join(
+                f"{name!r} up to {most[name]} times ({documents[name]:,} documents)"
+                for name in heavy
+            )
+            + ": the model would fit those few examples; set mixture.max_copies to cap it"
+        )
+    if mixture.max_copies is not None:
+        capped = [n for n, p in planned.items() if p["expected_share"] < p["share"] - 0.005]
+        if capped:
+            ctx.log.warning(
+                f"{asset}: mixture max_copies {mixture.max_copies} keeps "
+                + ", ".join(
+                    f"{n!r} at {planned[n]['expected_share']:.1%} (share {planned[n]['share']:.1%})"
+                    for n in capped
+                )
+                + f" of the {unit}: more copies would be needed to reach the weights"
+            )
+    kept, given_total = sum(targets.values()), sum(documents.values())
+    if mixture.mode == "undersample" and kept * BALANCE_COPIES_WARNING < given_total:
+        ctx.log.warning(
+            f"{asset}: mixture undersample keeps {kept:,} of {given_total:,} train documents: "
+            "the source shortest of its share decides; mode: oversample (with max_copies) keeps "
+            "them all"
+        )
+    if gone := [name for name, n in targets.items() if not n]:
+        ctx.log.warning(
+            f"{asset}: mixture leaves source(s) {gone} without a train document: their share "
+            "is less than one document"
+        )
+    return quotas, planned
+
+
+def _report_mixture(ctx: StageContext, report: StageReport, mixture: MixtureSpec) -> None:
+    """The documents and tokens of each source in the train batch files (copies counted, before
+    the layout cuts or pads), from their footers' statistics (so a reused folder reports them
+    too), as ``mixture`` in the report, logged beside the shares the weights ask for."""
+    held: dict[str, dict[str, int]] = {
+        s.name: {"documents": 0, "tokens": 0} for s in mixture.sources
+    }
+    for key in list(report.extra):
+        for prefix, count in ((MIXTURE_DOCUMENTS, "documents"), (MIXTURE_TOKENS, "tokens")):
+            if key.startswith(prefix):
+                name = key.removeprefix(prefix)
+                held.setdefault(name, {"documents": 0, "tokens": 0})[count] = int(
+                    report.extra.pop(key)
+                )
+    totals = {f: sum(h[f] for h in held.values()) or 1 for f in ("documents", "tokens")}
+    shares = mixture.shares
+    report.extra["mixture"] = {
+        name: {
+            "share": round(shares.get(name, 0.0), 6),
+            "documents": h["documents"],
+            "tokens": h["tokens"],
+            "document_share": round(h["documents"] / totals["documents"], 6),
+            "token_share": round(h["tokens"] / totals["tokens"], 6),
+        }
+        for name, h in held.items()
+    }
+    unit = "token_share" if mixture.by == "tokens" else "document_share"
+    ctx.log.info(
+        f"{TRAINING_BATCHES}: the train split's mixture by {mixture.by}: "
+        + ", ".join(
+            f"{name!r} {m[unit]:.1%} (share {m['share']:.1%}; {m['documents']:,} documents, "
+            f"{m['tokens']:,} tokens)"
+            for name, m in report.extra["mixture"].items()
+        )
+    )
+
+
 def _label_documents(report: StageReport) -> dict[str, dict[str, int]]:
     """Documents per class label of each split in the batch files (copies counted): read from
     their ``label`` column, so a folder reused as it is reports them too."""
@@ -2042,6 +2271,7 @@ _RECORDED_BATCH_EXTRAS = (
     "bucket_boundaries",
     "megatron",
     "label_documents_in",
+    "mixture_planned",
 )
 """What a reuse of a complete batches folder reports from the catalog's record of the run that
 wrote it (computed from the shuffle's files, which the reuse does not read)."""

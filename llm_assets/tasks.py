@@ -49,6 +49,7 @@ from llm_assets.lib.batching import (
     shuffle_order,
 )
 from llm_assets.lib.ingest import BATCH_BYTES, IngestSpec, parquet_batch_rows, read_documents
+from llm_assets.lib.mixture import MIXED_OUT, MixtureSpec
 from llm_assets.lib.schema import (
     DOC_ID,
     INPUT_IDS,
@@ -501,11 +502,12 @@ SFT_SCATTER_COLUMNS = (SOURCE_FILE, SOURCE_LINE)
 :data:`~llm_assets.lib.batching.UNDERSAMPLED`): a reject names its source."""
 
 
-def scatter_columns(names: Iterable[str], text: bool = False) -> list[str]:
+def scatter_columns(names: Iterable[str], text: bool = False, sources: bool = False) -> list[str]:
     """The columns the shuffle reads from a filtered shard with columns ``names``; with ``text``
-    (``augment``) the text too, which the variants of the copies are made from."""
+    (``augment``) the text too, which the variants of the copies are made from; with ``sources``
+    (``mixture``) the source columns, which give each document its source and name its reject."""
     present = set(names)
-    rejectable = PROMPT_TOKENS in present or LABEL in present
+    rejectable = PROMPT_TOKENS in present or LABEL in present or sources
     wanted = (
         SCATTER_COLUMNS + (SFT_SCATTER_COLUMNS if rejectable else ()) + ((TEXT,) if text else ())
     )
@@ -523,7 +525,9 @@ def read_scatter_manifest(output_dir: str | Path) -> dict[str, Any]:
     of [offset, length], one per chunk of the shard that had rows of it), where the file's
     schema message lies (``schema``: [offset, length], null when the shard had no rows), and how
     many documents have each token count (``lengths``: {count: documents}, JSON keys are
-    strings)."""
+    strings). With a ``mixture``, per key the documents and tokens of each input file
+    (``sources``: {key: {source_file: [documents, tokens]}}), which the mixture is planned from;
+    with labels, per key the documents of each class (``labels``)."""
     return json.loads((Path(output_dir) / SCATTER_MANIFEST).read_text())
 
 
@@ -551,7 +555,9 @@ def scatter_pieces(scatter_dirs: Iterable[str]) -> dict[str, list[ScatterPiece]]
     return pieces
 
 
-def scatter_done(output_dir: str | Path, input_fingerprint: str, labelled: bool = False) -> bool:
+def scatter_done(
+    output_dir: str | Path, input_fingerprint: str, labelled: bool = False, sources: bool = False
+) -> bool:
     """True when a scatter folder is complete for this input: its manifest says so and its
     scatter file still has the checksum the manifest recorded. A manifest that cannot be read,
     or a file cut or changed since (or a manifest of before the checksum was recorded), is not
@@ -559,7 +565,8 @@ def scatter_done(output_dir: str | Path, input_fingerprint: str, labelled: bool 
     "shorter than its manifest says", and flipped bytes were gathered into the batches).
     A ``labelled`` shard's manifest must also count its documents per class label (``labels``,
     which the balance of the classes is planned from; a folder of an earlier release has none,
-    nor the source columns its rejects need)."""
+    nor the source columns its rejects need); with ``sources`` (a ``mixture``), its documents and
+    tokens per input file (``sources``)."""
     folder = Path(output_dir)
     if not (folder / SCATTER_MANIFEST).exists():
         return False
@@ -570,6 +577,7 @@ def scatter_done(output_dir: str | Path, input_fingerprint: str, labelled: bool 
             and manifest.get("input_fingerprint") == input_fingerprint
             and manifest.get("checksum") == file_checksum(folder / SCATTER_FILE)
             and (not labelled or isinstance(manifest.get("labels"), dict))
+            and (not sources or isinstance(manifest.get("sources"), dict))
         )
     except (OSError, ValueError):
         return False
@@ -666,6 +674,8 @@ def run_scatter(task: ScatterTask) -> dict[str, Any]:
     tmp.mkdir(parents=True)
     counts: Counter[str] = Counter()
     labels: dict[str, Counter[str]] = {}
+    by_source: dict[str, dict[str, list[int]]] = {}
+    mixed = task.spec.mixture is not None
     lengths: Counter[int] = Counter()
     ends: list[tuple[str, int]] = []
     rows = 0
@@ -673,7 +683,7 @@ def run_scatter(task: ScatterTask) -> dict[str, Any]:
         with pq.ParquetFile(task.input_path) as source, contextlib.ExitStack() as files:
             with parts.part("read"):
                 columns = scatter_columns(
-                    source.schema_arrow.names, text=task.spec.augment != "none"
+                    source.schema_arrow.names, text=task.spec.augment != "none", sources=mixed
                 )
             out = sink = None
             for table in timed_reads(_scatter_chunks(source, columns), parts):
@@ -699,6 +709,12 @@ def run_scatter(task: ScatterTask) -> dict[str, Any]:
                         counts[key] += int(size)
                         if LABEL in part.column_names:
                             labels.setdefault(key, Counter()).update(label_counts(part[LABEL]))
+                        if mixed:
+                            held = by_source.setdefault(key, {})
+                            for name, (docs, tokens) in source_counts(part).items():
+                                was = held.setdefault(name, [0, 0])
+                                was[0] += docs
+                                was[1] += tokens
                         ends.append((key, sink.tell()))
                 del table, keyed
         with parts.part("write"):
@@ -718,6 +734,7 @@ def run_scatter(task: ScatterTask) -> dict[str, Any]:
                             if LABEL in columns
                             else {}
                         ),
+                        **({"sources": by_source} if mixed else {}),
                     }
                 )
             )
@@ -732,6 +749,28 @@ def run_scatter(task: ScatterTask) -> dict[str, Any]:
         "rows": rows,
         "seconds": time.perf_counter() - started,
         "parts": parts.as_dict(),
+    }
+
+
+def source_counts(table: pa.Table) -> dict[str, tuple[int, int]]:
+    """Documents and tokens of each input file (``source_file``) in ``table``, in name order."""
+    if not table.num_rows:
+        return {}
+    tokens = pc.list_value_length(table[INPUT_IDS]).cast(pa.int64())
+    grouped = (
+        pa.table({SOURCE_FILE: table[SOURCE_FILE], "tokens": tokens})
+        .group_by(SOURCE_FILE)
+        .aggregate([("tokens", "count"), ("tokens", "sum")])
+        .sort_by(SOURCE_FILE)
+    )
+    return {
+        name: (int(docs), int(total))
+        for name, docs, total in zip(
+            grouped[SOURCE_FILE].to_pylist(),
+            grouped["tokens_count"].to_pylist(),
+            grouped["tokens_sum"].to_pylist(),
+            strict=True,
+        )
     }
 
 
@@ -863,15 +902,18 @@ def _untrainable(
     return prompt_fills_sequence(lengths, prompts, limit), lengths, prompts, limit
 
 
-def trainable_label_counts(table: pa.Table, spec: BatchSpec) -> dict[str, int]:
-    """Documents per class label of ``table`` that the layout of ``spec`` uses: those that are
-    not :func:`untrainable_rejects`. What ``balance`` evens out, so that the classes are even in
-    the batches, not before the rejects."""
+def trainable(table: pa.Table, spec: BatchSpec) -> pa.Table:
+    """The documents of ``table`` that the layout of ``spec`` uses: those that are not
+    :func:`untrainable_rejects`. What ``balance`` and ``mixture`` count, so that the classes are
+    even, and the sources in proportion, in the batches, not before the rejects."""
     checked = _untrainable(table, spec)
-    labels = table[LABEL]
-    if checked is not None:
-        labels = labels.filter(pa.array(~checked[0]))
-    return label_counts(labels)
+    return table if checked is None else table.filter(pa.array(~checked[0]))
+
+
+def trainable_label_counts(table: pa.Table, spec: BatchSpec) -> dict[str, int]:
+    """Documents per class label of ``table`` that the layout of ``spec`` uses
+    (:func:`trainable`)."""
+    return label_counts(trainable(table, spec)[LABEL])
 
 
 def balanced(
@@ -882,7 +924,13 @@ def balanced(
     copy number of each of its places (0: the document itself), and the rejects of the
     documents left out (:data:`~llm_assets.lib.batching.UNDERSAMPLED`), valued with their
     class's count."""
-    labels = table[LABEL].to_pylist() if task.balance else None
+    mixture = task.spec.mixture
+    if not task.balance:
+        labels = None
+    elif mixture is not None:
+        labels = mixture.sources_of(table[SOURCE_FILE].to_pylist())
+    else:
+        labels = table[LABEL].to_pylist()
     order, left_out, copies = balance_order(
         order, labels, task.balance, table[DOC_ID].to_pylist(), task.spec.seed, task.repeat
     )
@@ -890,6 +938,22 @@ def balanced(
         return order, copies, empty_rejects()
     quotas = {q.label: q for q in task.balance}
     dropped = pa.array(left_out)
+    if mixture is not None:
+        shares = mixture.shares
+        reason = MIXED_OUT
+        values = [
+            f"source {label!r}: {quotas[label].target:,} of its {quotas[label].documents:,} "
+            f"train documents kept (mixture: undersample by {mixture.by}, share "
+            f"{shares[label]:.1%})"
+            for label in (labels[i] for i in left_out.tolist())
+        ]
+    else:
+        reason = UNDERSAMPLED
+        values = [
+            f"class {label!r}: {quotas[label].target:,} of its "
+            f"{quotas[label].documents:,} train documents kept (balance: undersample)"
+            for label in (labels[i] for i in left_out.tolist())
+        ]
     return (
         order,
         copies,
@@ -898,14 +962,33 @@ def balanced(
             source_files=table[SOURCE_FILE].take(dropped).to_pylist(),
             source_lines=table[SOURCE_LINE].take(dropped).to_pylist(),
             stage=TRAINING_BATCHES,
-            reasons=[UNDERSAMPLED] * len(left_out),
-            values=[
-                f"class {label!r}: {quotas[label].target:,} of its "
-                f"{quotas[label].documents:,} train documents kept (balance: undersample)"
-                for label in (labels[i] for i in left_out.tolist())
-            ],
+            reasons=[reason] * len(left_out),
+            values=values,
         ),
     )
+
+
+MIXTURE_DOCUMENTS = "mixture_documents:"
+"""Prefix of a train batch file's statistic: the documents (copies counted) of one source of the
+mixture it holds (``mixture_documents:<source>``); ``mixture_tokens:`` their tokens."""
+MIXTURE_TOKENS = "mixture_tokens:"
+
+
+def mixture_stats(table: pa.Table, order: np.ndarray, mixture: MixtureSpec) -> dict[str, int]:
+    """The documents and tokens of each source of ``mixture`` that ``order`` (indices into
+    ``table``, a document as often as it is held) gives the layout: what the batches hold of
+    each source, before the layout cuts or pads anything."""
+    taken = pa.array(order, pa.int64())
+    names = mixture.sources_of(table[SOURCE_FILE].take(taken).to_pylist())
+    lengths = pc.list_value_length(table[INPUT_IDS].take(taken)).to_numpy(zero_copy_only=False)
+    documents: Counter[str] = Counter()
+    tokens: Counter[str] = Counter()
+    for name, n in zip(names, lengths.tolist(), strict=True):
+        documents[str(name)] += 1
+        tokens[str(name)] += int(n)
+    stats = {f"{MIXTURE_DOCUMENTS}{name}": documents[name] for name in sorted(documents)}
+    stats.update({f"{MIXTURE_TOKENS}{name}": tokens[name] for name in sorted(tokens)})
+    return stats
 
 
 def augmented(
@@ -1061,6 +1144,8 @@ def run_gather(task: GatherTask) -> ShardStats:
         augment_stats: dict[str, int] = {}
         if task.spec.augment != "none":
             table, order, augment_stats = augmented(table, order, copies, task)
+        if task.spec.mixture is not None and task.split == "train":
+            augment_stats.update(mixture_stats(table, order, task.spec.mixture))
         sequences, stats = build_sequences(table, order, task, token_type)
     if rejected.num_rows and task.rejects_path is None:
         raise ValueError(f"{task.key}: {rejected.num_rows} rejects but no rejects_path")

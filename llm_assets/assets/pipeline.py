@@ -30,6 +30,7 @@ from llm_assets.lib.filters import FilterSpec, LabelSpec, LengthFilterSpec
 from llm_assets.lib.flagged import FlaggedWordsSpec, load_word_list
 from llm_assets.lib.ingest import IngestSpec, detect_format
 from llm_assets.lib.language import LanguageSpec
+from llm_assets.lib.mixture import MixtureSource, MixtureSpec
 from llm_assets.lib.normalize import NormalizeSpec
 from llm_assets.lib.pii import PII_KINDS, PiiSpec
 from llm_assets.lib.quality import QualitySpec, RepetitionSpec
@@ -213,6 +214,38 @@ class FilterConfig(dg.Config):
     decontaminate: DecontaminateConfig = Field(default_factory=DecontaminateConfig)
 
 
+class MixtureSourceConfig(dg.Config):
+    name: str = Field(description="The source's name, in logs, rejects and metadata")
+    files: list[str] = Field(
+        description="Its input files: paths relative to raw_documents' input_dir, folders "
+        "(every file below) or shell patterns over the path ('*' matches '/' too), e.g. "
+        "['code/', '*.py.jsonl']. A file belongs to the first source that names it"
+    )
+    weight: float = Field(description="Its weight (> 0; the weights need not sum to 1)")
+
+
+class MixtureConfig(dg.Config):
+    sources: list[MixtureSourceConfig] = Field(
+        [],
+        description="The sources of the train split (at least two), each with its files and "
+        "weight; every input file must belong to one. Empty: no mixture",
+    )
+    by: Literal["tokens", "documents"] = Field(
+        "tokens", description="Weigh the sources by their documents' tokens, or by documents"
+    )
+    mode: Literal["undersample", "oversample"] = Field(
+        "undersample",
+        description="undersample: no document more than once, the sources over their share "
+        "cut down (rejects 'mixture_undersampled'); oversample: no document left out, the "
+        "sources under their share repeated",
+    )
+    max_copies: int | None = Field(
+        None,
+        description="oversample: at most this many times each document (a source that would "
+        "need more stays below its share). Null: no cap",
+    )
+
+
 class BatchesConfig(dg.Config):
     layout: Literal["packed", "padded", "bucketed"] = Field(
         "packed",
@@ -266,6 +299,11 @@ class BatchesConfig(dg.Config):
     )
     augment_rate: float = Field(
         0.1, description="augment: eda: share of a copy's words its edit changes (0-0.5]"
+    )
+    mixture: MixtureConfig = Field(
+        default_factory=MixtureConfig,
+        description="The train split made of several sources in given proportions (by tokens "
+        "or documents), its documents kept, left out or repeated; validation is left as it is",
     )
     zstd_level: int = Field(3, description="ZSTD level of the batch files (1-22)")
     megatron: bool = Field(
@@ -366,6 +404,8 @@ def validate_run_config(
         labels_unset = filters.label is None and (steps is None or FILTERED_DOCUMENTS in steps)
         if batches.balance != "none" and labels_unset:
             raise stages.StageInputError(stages.balance_needs_labels(batches.balance))
+        if batches.mixture is not None and batches_config.megatron:
+            raise stages.StageInputError(stages.MIXTURE_WITHOUT_MEGATRON)
         if batches.augment != "none" and batches_config.megatron:
             raise stages.StageInputError(stages.augment_without_megatron(batches.augment))
         tokenizing = steps is None or TOKENIZED_DOCUMENTS in steps
@@ -582,6 +622,24 @@ def _batch_spec(config: BatchesConfig) -> BatchSpec:
         augment=config.augment,
         augment_copies=config.augment_copies,
         augment_rate=config.augment_rate,
+        mixture=_mixture_spec(config.mixture),
+    )
+
+
+def _mixture_spec(config: MixtureConfig) -> MixtureSpec | None:
+    """The mixture of ``config``, or None when it names no source."""
+    if not config.sources:
+        if config.max_copies is not None:
+            raise ValueError("mixture.max_copies is set but mixture.sources is empty")
+        return None
+    return MixtureSpec(
+        sources=tuple(
+            MixtureSource(name=s.name, files=tuple(s.files), weight=s.weight)
+            for s in config.sources
+        ),
+        by=config.by,
+        mode=config.mode,
+        max_copies=config.max_copies,
     )
 
 

@@ -136,6 +136,26 @@ def _fenced(text: str) -> str:
     return f"{fence}text\n{text}\n{fence}"
 
 
+def mixture_markdown(mixture: dict[str, Any], planned: dict[str, Any]) -> str:
+    """The train split's sources as a Markdown table: each one's share by its weight, its share
+    of the documents and tokens given to the batches, and its train documents before the
+    mixture (``planned``: absent for a folder written before it was recorded)."""
+    lines = [
+        "| source | share (weight) | tokens | token share | documents | document share | "
+        "train documents before |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, held in mixture.items():
+        before = (planned.get(name) or {}).get("train_documents")
+        lines.append(
+            f"| {_escape(str(name))} | {held.get('share', 0):.1%} | {held.get('tokens', 0):,} "
+            f"| {held.get('token_share', 0):.1%} | {held.get('documents', 0):,} "
+            f"| {held.get('document_share', 0):.1%} "
+            f"| {'' if before is None else f'{before:,}'} |"
+        )
+    return "\n".join(lines)
+
+
 def reasons_markdown(reasons: dict[str, int]) -> str:
     """Reject counts per reason as a Markdown table."""
     if not reasons:
@@ -267,7 +287,12 @@ def _materialize_result(
         ),
         **compute_metadata(),
     }
-    for key, value in {**report.extra, **extra}.items():
+    everything = {**report.extra, **extra}
+    if isinstance(everything.get("mixture"), dict):
+        metadata["mixture_table"] = dg.MetadataValue.md(
+            mixture_markdown(everything["mixture"], everything.get("mixture_planned") or {})
+        )
+    for key, value in everything.items():
         if key == "length_histogram" and isinstance(value, dict):
             value = _ordered_bins(value)  # a JSON object's keys would show sorted as text
         if isinstance(value, float):

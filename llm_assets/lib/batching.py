@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
@@ -33,6 +34,7 @@ import numpy as np
 import pyarrow as pa
 
 from llm_assets.lib.augment import AUGMENTS, check_augment_rate
+from llm_assets.lib.mixture import MixtureSpec
 from llm_assets.lib.schema import DOC_ID, INPUT_IDS, N_TOKENS, learned_span_arrays
 
 LAYOUTS = ("packed", "padded", "bucketed")
@@ -126,6 +128,10 @@ class BatchSpec:
     whose counts it multiplies by ``augment_copies + 1``: the classes stay as even)."""
     augment_rate: float = 0.1
     """``augment: eda``: the share of a copy's words one edit changes (EDA's alpha)."""
+    mixture: MixtureSpec | None = None
+    """The sources of the train split and their weights (:mod:`llm_assets.lib.mixture`): each
+    source's documents kept, left out or repeated until the sources stand in those proportions.
+    None: every document once. Not with ``balance`` (both choose each document's copies)."""
 
     def __post_init__(self) -> None:
         if self.layout not in LAYOUTS:
@@ -169,11 +175,23 @@ class BatchSpec:
                 "would be the same tokens again, which is reading the batches for another "
                 "epoch. Set augment: eda for varied copies, or unset augment_copies"
             )
-        if self.augment != "none" and not self.augment_copies and self.balance != "oversample":
+        if self.mixture is not None and not isinstance(self.mixture, MixtureSpec):
+            raise ValueError(f"mixture must be a MixtureSpec or None, got {self.mixture!r}")
+        if self.mixture is not None and self.balance != "none":
+            raise ValueError(
+                f"mixture and balance {self.balance!r} both choose how many times each train "
+                "document is held (the sources' shares, the classes' counts), and one would undo "
+                "the other: set balance: none, or leave mixture.sources empty"
+            )
+        oversampled = self.balance == "oversample" or (
+            self.mixture is not None and self.mixture.mode == "oversample"
+        )
+        if self.augment != "none" and not self.augment_copies and not oversampled:
             raise ValueError(
                 f"augment is {self.augment!r}, but this config makes no copy to vary: set "
-                "augment_copies (variants of every train document) or balance: oversample "
-                "(variants of the smaller classes' copies)"
+                "augment_copies (variants of every train document), balance: oversample "
+                "(variants of the smaller classes' copies) or mixture.mode: oversample "
+                "(variants of the smaller sources' copies)"
             )
 
 
@@ -547,11 +565,7 @@ def balance_quotas(
     alone. ``none``: every document once."""
     if balance not in BALANCES:
         raise ValueError(f"balance must be one of {BALANCES}, got {balance!r}")
-    totals: dict[str, int] = {}
-    for per_label in counts.values():
-        for label, n in per_label.items():
-            totals[label] = totals.get(label, 0) + int(n)
-    totals = {label: n for label, n in totals.items() if n > 0}
+    totals = group_totals(counts)
     if not totals:
         return {}
     if balance == "oversample":
@@ -565,9 +579,22 @@ def balance_quotas(
         targets = dict.fromkeys(totals, smallest)
     else:
         targets = dict(totals)
+    return spread_quotas(counts, targets)
+
+
+def spread_quotas(
+    counts: Mapping[int, Mapping[str, int]], targets: Mapping[str, int]
+) -> dict[int, tuple[LabelQuota, ...]]:
+    """The :class:`LabelQuota` of every group (a class, or a source of a mixture) in every train
+    bucket, bringing the group's documents (``counts[bucket][group]``, summed over the buckets)
+    to ``targets[group]`` in all. A group of ``n`` documents brought to ``t`` gives each document
+    ``t // n`` copies and one more copy to ``t % n`` of them, shared between the buckets in
+    proportion to the group's documents there (largest remainders; ties to the lower bucket): the
+    totals are exact, and each bucket decides alone. Groups without documents are left out."""
+    totals = group_totals(counts)
     quotas: dict[int, list[LabelQuota]] = {bucket: [] for bucket in sorted(counts)}
     for label in sorted(totals):
-        n, target = totals[label], targets[label]
+        n, target = totals[label], int(targets[label])
         copies, rest = divmod(target, n)
         buckets = sorted(b for b in counts if counts[b].get(label, 0) > 0)
         shares = {b: rest * int(counts[b][label]) for b in buckets}
@@ -578,6 +605,16 @@ def balance_quotas(
         for b in buckets:
             quotas[b].append(LabelQuota(label, copies, extra[b], n, target))
     return {bucket: tuple(q) for bucket, q in quotas.items() if q}
+
+
+def group_totals(counts: Mapping[int, Mapping[str, int]]) -> dict[str, int]:
+    """Each group's documents summed over the buckets (``counts[bucket][group]``), the groups
+    with none left out."""
+    totals: dict[str, int] = {}
+    for per_group in counts.values():
+        for group, n in per_group.items():
+            totals[group] = totals.get(group, 0) + int(n)
+    return {group: n for group, n in totals.items() if n > 0}
 
 
 class BalancedOrder(NamedTuple):
@@ -819,6 +856,8 @@ def batch_schema_metadata(
         # otherwise, so the files of runs without it are unchanged
         values["balance"] = spec.balance
         values["max_copies"] = "" if spec.max_copies is None else str(spec.max_copies)
+    if spec.mixture is not None and split == "train":  # likewise: only train is mixed
+        values["mixture"] = json.dumps(asdict(spec.mixture), sort_keys=True)
     if spec.augment != "none" and split == "train":  # likewise: only train is augmented
         values["augment"] = spec.augment
         values["augment_copies"] = str(spec.augment_copies)

@@ -388,10 +388,13 @@ def _current_scatter_names(catalog: Catalog, filtered: Sequence[ShardRecord]) ->
         seed, fraction = config["seed"], config["validation_fraction"]
         buckets = extra["shuffle_buckets"]
         text = config.get("augment", "none") != "none"  # absent: a run without augment
+        sources = bool(config.get("mixture"))  # absent: a run without a mixture
     except (IndexError, TypeError, ValueError, KeyError):
         return None
     return {
-        scatter_folder_name(shard.shard, shard.checksum, seed, fraction, buckets, text=text)
+        scatter_folder_name(
+            shard.shard, shard.checksum, seed, fraction, buckets, text=text, sources=sources
+        )
         for shard in filtered
     }
 
