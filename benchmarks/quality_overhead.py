@@ -142,6 +142,7 @@ def measure(
     """Run our pipeline ``repetitions`` times on ``backend`` (2 workers), printing each run;
     the medians and every run's figures."""
     seconds, cpu, rows_out = [], [], 0
+    stages: dict[str, list[float]] = {}
     for rep in range(repetitions):
         result = run_pipeline(
             corpus_dir,
@@ -155,6 +156,8 @@ def measure(
         seconds.append(result.seconds)
         cpu.append(result.cpu_seconds)
         rows_out = result.rows_out
+        for stage, spent in result.stage_seconds.items():
+            stages.setdefault(stage, []).append(spent)
         print(
             f"{backend:12s} {name:8s} rep {rep}: {result.seconds:7.2f} s "
             f"({rows / result.seconds:,.0f} rows/s, {rows_out} kept, "
@@ -171,6 +174,7 @@ def measure(
         "runs": [round(s, 3) for s in seconds],
         "cpu_seconds": [round(c, 2) for c in cpu],
         "median_cpu_seconds": round(statistics.median(cpu), 2),
+        "median_stage_seconds": {k: round(statistics.median(v), 3) for k, v in stages.items()},
     }
 
 
