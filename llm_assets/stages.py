@@ -64,7 +64,7 @@ from llm_assets.lib.ingest import (
     detect_format,
     file_encoding,
 )
-from llm_assets.lib.mixture import MixtureSpec, mixture_targets
+from llm_assets.lib.mixture import MixtureSpec, file_matches, mixture_targets
 from llm_assets.lib.normalize import NormalizeSpec, normalize_table
 from llm_assets.lib.schema import INPUT_IDS, LABEL, PROMPT_TOKENS
 from llm_assets.lib.tokenization import (
@@ -2087,7 +2087,20 @@ def _mixture_quotas(
         if documents[source.name]:
             continue
         given = [name for name, held_by in source_of.items() if held_by == source.name]
-        if given:
+        named = [
+            name
+            for name in source_of
+            if any(file_matches(pattern, name) for pattern in source.files)
+        ]
+        if not given and named:
+            earlier = sorted({str(source_of[name]) for name in named})
+            why = (
+                f"its files ({', '.join(repr(n) for n in named[:5])}"
+                f"{', ...' if len(named) > 5 else ''}) belong to the earlier source(s) "
+                f"{earlier}, which name them too: a file belongs to the first source that names "
+                f"it, so put {source.name!r} before them (a catch-all such as '*' goes last)"
+            )
+        elif given:
             why = (
                 f"its {sum(files[n] for n in given):,} document(s) (in {len(given)} file(s)) are "
                 "all in the validation split"
@@ -2142,6 +2155,12 @@ def _mixture_quotas(
         + (
             " (the documents the layout uses: prompt_fills_sequence rejects left out)"
             if prompted
+            else ""
+        )
+        + (
+            f"; then every train document {spec.augment_copies + 1} times (augment_copies "
+            f"{spec.augment_copies}: the shares stay)"
+            if spec.augment_copies
             else ""
         )
     )

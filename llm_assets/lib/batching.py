@@ -159,6 +159,12 @@ class BatchSpec:
         if self.max_copies is not None:
             if not _is_int(self.max_copies) or self.max_copies < 1:
                 raise ValueError(f"max_copies must be an int >= 1, got {self.max_copies!r}")
+            if self.balance != "oversample" and self.mixture is not None:
+                raise ValueError(
+                    "max_copies caps the copies of balance 'oversample', and balance is "
+                    f"{self.balance!r}: to cap the copies of a mixture, set mixture.max_copies "
+                    "instead"
+                )
             if self.balance != "oversample":
                 raise ValueError(
                     f"max_copies caps the copies of balance 'oversample', but balance is "

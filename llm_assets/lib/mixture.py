@@ -79,12 +79,13 @@ class MixtureSpec:
                 raise ValueError(f"mixture.sources: the name {source.name!r} is given twice")
             seen.add(source.name)
             if not source.files or not all(
-                isinstance(f, str) and f.strip("/ ") for f in source.files
+                isinstance(f, str) and _normalized(f).rstrip("/") not in ("", ".")
+                for f in source.files
             ):
                 raise ValueError(
                     f"mixture source {source.name!r}: files must list at least one path or "
-                    f"pattern of input files (relative to the input folder), got "
-                    f"{list(source.files)!r}"
+                    f"pattern of input files (relative to the input folder; '*' for every "
+                    f"file), got {list(source.files)!r}"
                 )
             weight = source.weight
             if (
@@ -139,14 +140,21 @@ def file_matches(pattern: str, source_file: str) -> bool:
     ``/``) is one of ``pattern``'s: the file itself, a folder holding it (``wiki`` or ``wiki/``:
     every file below), or a shell-style pattern over the whole path (``*.jsonl``, ``code/*``;
     ``*`` also matches ``/``, so ``code/*`` holds ``code/python/a.jsonl`` too). Case-sensitive.
-    A leading ``./`` is ignored."""
-    pattern = pattern.strip()
-    while pattern.startswith("./"):
-        pattern = pattern[2:]
+    A leading ``./`` is ignored. ``**`` is two ``*``: ``**/*.jsonl`` needs a folder, write
+    ``*.jsonl`` for every JSON Lines file."""
+    pattern = _normalized(pattern)
     folder = pattern.rstrip("/")
     if source_file == folder or source_file.startswith(folder + "/"):
         return True
     return fnmatch.fnmatchcase(source_file, pattern)
+
+
+def _normalized(pattern: str) -> str:
+    """``pattern`` without surrounding spaces and leading ``./``."""
+    pattern = pattern.strip()
+    while pattern.startswith("./"):
+        pattern = pattern[2:].lstrip("/")
+    return pattern
 
 
 def mixture_targets(

@@ -189,7 +189,8 @@ def test_oversample_by_documents_repeats_the_small_source_capped_and_varied_by_a
 def test_a_file_of_no_source_or_a_source_of_no_file_fails_the_batches_naming_them(corpus, tmp_path):
     """A mixture that leaves notes/reviews.csv out fails training_batches naming the file and
     how to include it; a source whose files match nothing names the source and the files there
-    are. The stages before it are reused from the first run."""
+    are; a source after a catch-all that holds its files says to put it first. The stages
+    before it are reused from the first run."""
     root = tmp_path / "wh"
     narrow = [HALVES[0], {"name": "notes", "files": ["notes/notes.txt"], "weight": 1}]
     result = _run(corpus, root, {"sources": narrow})
@@ -204,6 +205,14 @@ def test_a_file_of_no_source_or_a_source_of_no_file_fails_the_batches_naming_the
     message = _failure_message(result)
     assert "source 'code' (files ['code/']) has no train document" in message
     assert "'notes/notes.txt'" in message
+
+    catch_all_first = [HALVES[1], HALVES[0]]
+    result = _run(corpus, root, {"sources": catch_all_first})
+    assert not result.success
+    message = _failure_message(result)
+    assert "source 'wiki' (files ['wiki/']) has no train document" in message
+    assert "belong to the earlier source(s) ['notes']" in message
+    assert "put 'wiki' before them" in message
 
 
 @pytest.mark.parametrize(

@@ -32,6 +32,8 @@ def _spec(weights: dict[str, float], **kwargs) -> MixtureSpec:
         ("code/*.py.jsonl", "code/x.jsonl", False),
         ("Wiki/", "wiki/a.jsonl", False),  # case-sensitive, as the file names are
         ("*", "anything/at/all.txt", True),
+        ("**/*.jsonl", "a.jsonl", False),  # ** is two *: the / needs a folder (README says so)
+        ("././/wiki", "wiki/a.jsonl", True),
         ("data_[0-9].csv", "data_7.csv", True),
     ],
 )
@@ -77,6 +79,14 @@ def test_a_file_belongs_to_the_first_source_that_names_it_and_none_to_no_source(
         ),
         (
             {"sources": (MixtureSource("a", ("/",), 1.0), MixtureSource("b", ("b/",), 1.0))},
+            "files must list",
+        ),
+        (
+            {"sources": (MixtureSource("a", ("./",), 1.0), MixtureSource("b", ("b/",), 1.0))},
+            "files must list",  # the input folder itself: '*' says every file
+        ),
+        (
+            {"sources": (MixtureSource("a", (".",), 1.0), MixtureSource("b", ("b/",), 1.0))},
             "files must list",
         ),
         ({"by": "bytes"}, "mixture.by"),
@@ -195,5 +205,7 @@ def test_the_batch_spec_refuses_mixture_with_balance_and_lets_augment_vary_its_c
     with pytest.raises(ValueError, match="mixture and balance 'oversample'"):
         BatchSpec(layout="padded", balance="oversample", mixture=mixture)
     BatchSpec(layout="padded", augment="eda", mixture=mixture)  # its copies are varied
+    with pytest.raises(ValueError, match=r"set mixture\.max_copies instead"):
+        BatchSpec(layout="padded", max_copies=3, mixture=mixture)
     with pytest.raises(ValueError, match=r"mixture\.mode: oversample"):
         BatchSpec(layout="padded", augment="eda", mixture=_spec({"a": 1, "b": 1}))
