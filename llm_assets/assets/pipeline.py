@@ -364,6 +364,9 @@ def validate_run_config(
     not held to its defaults there: it cannot even carry its config (``training_batches`` checks
     its input for a ``label`` column itself).
 
+    With ``raw_documents`` among ``steps``, no eval file of ``decontaminate`` may also be one of
+    its input files (:func:`_check_eval_sets_are_not_input`).
+
     The same builders as the assets', so nothing is checked twice in two ways. Cheap for the
     defaults: GPT-2 is not built, only a custom flagged-word list is read (once per process),
     and a local tokenizer is built once per process while its files are unchanged. Raises
@@ -375,7 +378,8 @@ def validate_run_config(
         return (ops.get(op) or {}).get("config") or {}
 
     with _config_errors(RAW_DOCUMENTS):
-        ingest = ingest_spec(RawDocumentsConfig(**op_config(RAW_DOCUMENTS)))
+        raw_config = RawDocumentsConfig(**op_config(RAW_DOCUMENTS))
+        ingest = ingest_spec(raw_config)
     with _config_errors(NORMALIZED_DOCUMENTS):
         normalize_spec(NormalizeConfig(**op_config(NORMALIZED_DOCUMENTS)))
     with _config_errors(TOKENIZED_DOCUMENTS):
@@ -385,6 +389,8 @@ def validate_run_config(
     with _config_errors(TRAINING_BATCHES):
         batches_config = BatchesConfig(**op_config(TRAINING_BATCHES))
         batches = _batch_spec(batches_config)
+    if filters.decontam is not None and (steps is None or RAW_DOCUMENTS in steps):
+        _check_eval_sets_are_not_input(filters.decontam, raw_config.input_dir, data_root)
     both = {RAW_DOCUMENTS, TOKENIZED_DOCUMENTS}
     unprompted = tokenizer.chat_template is None and tokenizer.prompt_template is None
     if (steps is None or both <= steps) and ingest.chat_field is not None and unprompted:
@@ -411,6 +417,29 @@ def validate_run_config(
         tokenizing = steps is None or TOKENIZED_DOCUMENTS in steps
         if batches.augment != "none" and tokenizing and not unprompted:
             raise stages.StageInputError(stages.augment_without_prompts(batches.augment))
+
+
+def _check_eval_sets_are_not_input(decontam: DecontamSpec, input_dir: str, root: Path) -> None:
+    """Refuse eval files that ``raw_documents`` also reads as input: their records would become
+    training documents, the long ones rejected as ``contaminated`` (they hold their own n-grams)
+    but those under ``min_ngram`` words kept, so a run would quietly train on part of the eval
+    set. Only checked when the run ingests (else ``input_dir`` is not the one the documents came
+    from); an input folder that cannot be listed is left to ``raw_documents`` to name."""
+    try:
+        inputs = {path.resolve(): rel for path, rel in stages.list_input_files(input_dir, root)}
+    except ValueError:  # StageInputError: raw_documents fails on it, with its own message
+        return
+    read = [(name, inputs[Path(path)]) for path, name in decontam.files if Path(path) in inputs]
+    if read:
+        listed = ", ".join(f"{name!r} (input file {rel!r})" for name, rel in read[:3])
+        more = f" and {len(read) - 3} more" if len(read) > 3 else ""
+        raise stages.StageInputError(
+            f"{FILTERED_DOCUMENTS}.config.decontaminate.paths: the eval file(s) {listed}{more} "
+            f"are also read as input by {RAW_DOCUMENTS} (input_dir {input_dir!r}): their records "
+            f"would be training documents, and those under min_ngram "
+            f"({decontam.min_ngram}) words would be kept. Move the eval sets out of the input "
+            "folder, or into a folder of it whose name starts with '_' or '.' (not read as input)"
+        )
 
 
 def run_steps(context: dg.AssetExecutionContext) -> frozenset[str]:

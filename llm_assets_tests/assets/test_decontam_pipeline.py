@@ -230,6 +230,44 @@ def test_an_eval_path_outside_the_data_root_or_missing_is_refused(wiki, tmp_path
         assert message in _failure_message(result)
 
 
+def test_an_eval_file_the_input_folder_also_holds_is_refused_unless_set_aside(wiki, tmp_path):
+    """An eval file that ``raw_documents`` would also ingest (in the input folder, or reached
+    through a link in it) fails the first step naming both, before any shard: its records would
+    become documents and its short ones be trained on. In a ``_`` folder of the input it is not
+    input, and the run goes through."""
+    input_dir = tmp_path / "input"
+    shutil.copytree(wiki[0], input_dir)
+    question, _ = _quote(wiki[2], 14, skip=3)
+    record = json.dumps({"text": question}) + "\n"
+    (input_dir / "evals").mkdir()
+    (input_dir / "evals" / "bench.jsonl").write_text(record)
+    elsewhere = tmp_path / "evals"
+    elsewhere.mkdir()
+    (elsewhere / "other.jsonl").write_text(record)
+    (input_dir / "linked").symlink_to(elsewhere, target_is_directory=True)
+    for path, input_name in [
+        (input_dir / "evals", "evals/bench.jsonl"),
+        (elsewhere / "other.jsonl", "linked/other.jsonl"),
+    ]:
+        root = tmp_path / "refused"
+        result = _run(input_dir, root, {"paths": [str(path)]})
+        assert not result.success
+        error = _failure_message(result)
+        assert "decontaminate.paths" in error and "also read as input" in error
+        assert f"(input file {input_name!r})" in error
+        assert not (root / RAW_DOCUMENTS).exists()
+
+    (input_dir / "linked").unlink()
+    (input_dir / "evals").rename(input_dir / "_evals")
+    root = tmp_path / "aside"
+    result = _run(input_dir, root, {"paths": [str(input_dir / "_evals")]})
+    assert result.success
+    rejects = _rejects(root)
+    assert rejects
+    assert all(v.startswith(f"{input_dir}/_evals/bench.jsonl:1 text: ") for v in rejects.values())
+    assert set(_kept(root)) | set(rejects) == set(wiki[2])  # no eval record was ingested
+
+
 def test_eval_texts_follow_the_normalization_the_documents_came_through(wiki, tmp_path):
     """``normalized_documents`` materialized alone with another preset since the tokenized
     documents were made: the filter stage, materialized alone, still normalizes the eval texts
