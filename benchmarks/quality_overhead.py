@@ -32,18 +32,23 @@ import pyarrow.parquet as pq
 
 from llm_assets.bench.report import machine_info
 from llm_assets.bench.runner import Workload, ensure_corpus, read_texts, run_pipeline
-from llm_assets.lib.dedup import (
+from llm_assets.kernels.dedup import (
     ExactDedupSpec,
     NearDedupSpec,
     dedup_annotate,
     resolve_duplicates,
 )
-from llm_assets.lib.filters import FilterSpec
-from llm_assets.lib.flagged import FlaggedWordsSpec, flagged_filter
-from llm_assets.lib.language import LanguageSpec, language_filter
-from llm_assets.lib.normalize import NormalizeSpec, normalize_array
-from llm_assets.lib.pii import PiiSpec, pii_kernel
-from llm_assets.lib.quality import QualitySpec, RepetitionSpec, quality_filter, repetition_filter
+from llm_assets.kernels.filters import FilterSpec
+from llm_assets.kernels.flagged import FlaggedWordsSpec, flagged_filter
+from llm_assets.kernels.language import LanguageSpec, language_filter
+from llm_assets.kernels.normalize import NormalizeSpec, normalize_array
+from llm_assets.kernels.pii import PiiSpec, pii_kernel
+from llm_assets.kernels.quality import (
+    QualitySpec,
+    RepetitionSpec,
+    quality_filter,
+    repetition_filter,
+)
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

@@ -22,8 +22,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from llm_assets.datagen import generate_records
-from llm_assets.lib.batching import BatchSpec, batch_schema_metadata, pack_sequences
-from llm_assets.lib.tokenization import TokenizerSpec
+from llm_assets.kernels.batching import BatchSpec, batch_schema_metadata, pack_sequences
+from llm_assets.kernels.tokenization import TokenizerSpec
 from llm_assets.reader import IterableTokenBatches
 
 

@@ -69,8 +69,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from llm_assets.lib.batching import BATCH, DOC_IDS, META_PREFIX
-from llm_assets.lib.schema import DOC_ID
+from llm_assets.kernels.batching import BATCH, DOC_IDS, META_PREFIX
+from llm_assets.kernels.schema import DOC_ID
 
 try:  # optional: torch is an extra, the reader works without it
     import torch

@@ -40,7 +40,7 @@ from llm_assets.constants import (
     TOKENIZED_DOCUMENTS,
     TRAINING_BATCHES,
 )
-from llm_assets.lib.batching import (
+from llm_assets.kernels.batching import (
     BatchSpec,
     LabelQuota,
     balance_quotas,
@@ -49,25 +49,25 @@ from llm_assets.lib.batching import (
     length_histogram,
     spread_quotas,
 )
-from llm_assets.lib.decontam import CONTAMINATED, DecontamSpec, EvalSetError, eval_index
-from llm_assets.lib.dedup import (
+from llm_assets.kernels.decontam import CONTAMINATED, DecontamSpec, EvalSetError, eval_index
+from llm_assets.kernels.dedup import (
     SEEN_TABLE,
     DedupOutcome,
     ExactDedupSpec,
     NearDedupSpec,
     resolve_duplicates,
 )
-from llm_assets.lib.filters import FilterSpec, LengthFilterSpec, filter_table
-from llm_assets.lib.ingest import (
+from llm_assets.kernels.filters import FilterSpec, LengthFilterSpec, filter_table
+from llm_assets.kernels.ingest import (
     INVALID_CHAT,
     IngestSpec,
     detect_format,
     file_encoding,
 )
-from llm_assets.lib.mixture import MixtureSpec, file_matches, mixture_targets
-from llm_assets.lib.normalize import NormalizeSpec, normalize_table
-from llm_assets.lib.schema import INPUT_IDS, LABEL, PROMPT_TOKENS
-from llm_assets.lib.tokenization import (
+from llm_assets.kernels.mixture import MixtureSpec, file_matches, mixture_targets
+from llm_assets.kernels.normalize import NormalizeSpec, normalize_table
+from llm_assets.kernels.schema import INPUT_IDS, LABEL, PROMPT_TOKENS
+from llm_assets.kernels.tokenization import (
     ENGINES,
     TokenizerError,
     TokenizerSpec,

@@ -26,8 +26,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from llm_assets.constants import TRAINING_BATCHES
-from llm_assets.lib.augment import eda_variants
-from llm_assets.lib.batching import (
+from llm_assets.kernels.augment import eda_variants
+from llm_assets.kernels.batching import (
     AUGMENTED,
     BATCH,
     LENGTH_BUCKET,
@@ -48,9 +48,9 @@ from llm_assets.lib.batching import (
     shuffle_keys,
     shuffle_order,
 )
-from llm_assets.lib.ingest import BATCH_BYTES, IngestSpec, parquet_batch_rows, read_documents
-from llm_assets.lib.mixture import MIXED_OUT, MixtureSpec
-from llm_assets.lib.schema import (
+from llm_assets.kernels.ingest import BATCH_BYTES, IngestSpec, parquet_batch_rows, read_documents
+from llm_assets.kernels.mixture import MIXED_OUT, MixtureSpec
+from llm_assets.kernels.schema import (
     DOC_ID,
     INPUT_IDS,
     LABEL,
@@ -81,7 +81,7 @@ from llm_assets.warehouse.shards import (
 )
 
 if TYPE_CHECKING:  # a task with a tokenizer imports it when unpickled: the others never need it
-    from llm_assets.lib.tokenization import TokenizerSpec
+    from llm_assets.kernels.tokenization import TokenizerSpec
 
 _FOOTER_BOOKKEEPING = (INPUT_FINGERPRINT, ROWS_IN, ROWS_REJECTED, STATS)
 SCATTER_MANIFEST = "manifest.json"
@@ -296,7 +296,7 @@ class IngestTask:
 
 def run_ingest(task: IngestTask) -> ShardStats:
     """Worker side of ``raw_documents``."""
-    from llm_assets.lib.schema import DOCUMENT_SCHEMA
+    from llm_assets.kernels.schema import DOCUMENT_SCHEMA
 
     results = read_documents(
         task.path,
@@ -410,7 +410,7 @@ class DedupApplyTask:
 
 def run_dedup_apply(task: DedupApplyTask) -> ShardStats:
     """Worker side of the second half of ``filtered_documents`` with deduplication on."""
-    from llm_assets.lib.dedup import DEDUP_STAGE, MINHASH, MINHASH_BANDS
+    from llm_assets.kernels.dedup import DEDUP_STAGE, MINHASH, MINHASH_BANDS
 
     started = time.perf_counter()
     parts = PartTimes()
@@ -498,8 +498,8 @@ SCATTER_COLUMNS = (DOC_ID, INPUT_IDS, PROMPT_TOKENS, LEARNED_SPANS, LABEL)
 """The columns of a filtered shard the shuffle reads and holds (those present); the text stays."""
 SFT_SCATTER_COLUMNS = (SOURCE_FILE, SOURCE_LINE)
 """Held too for SFT rows (with ``prompt_tokens``) and labelled rows, which the gather may reject
-(:data:`~llm_assets.lib.batching.PROMPT_FILLS_SEQUENCE`,
-:data:`~llm_assets.lib.batching.UNDERSAMPLED`): a reject names its source."""
+(:data:`~llm_assets.kernels.batching.PROMPT_FILLS_SEQUENCE`,
+:data:`~llm_assets.kernels.batching.UNDERSAMPLED`): a reject names its source."""
 
 
 def scatter_columns(names: Iterable[str], text: bool = False, sources: bool = False) -> list[str]:
@@ -805,7 +805,7 @@ def _scatter_order(
 
 def _record_ids(table: pa.Table) -> list[str]:
     """What the split is decided on: each row's record, the id of its source line
-    (:func:`~llm_assets.lib.schema.make_doc_id` without a part). The rows of one conversation
+    (:func:`~llm_assets.kernels.schema.make_doc_id` without a part). The rows of one conversation
     read with ``chat_answers: every`` have their own ids but one record, and go to one split: a
     validation answer must not be a training row's context. Every other row's record id is its
     doc_id (SFT rows carry their location here; other rows are one per record)."""
@@ -836,7 +836,7 @@ class GatherTask:
     rejects_path: str | None = None
     """Where the documents the layout cannot use go (:func:`untrainable_rejects`), if any."""
     balance: tuple[LabelQuota, ...] = ()
-    """A train bucket's class quotas (``spec.balance``; :func:`~llm_assets.lib.batching.
+    """A train bucket's class quotas (``spec.balance``; :func:`~llm_assets.kernels.batching.
     balance_quotas`); empty: every document once."""
     repeat: int = 1
     """Each document this many times as often (a train bucket's ``augment_copies + 1``)."""
@@ -858,7 +858,7 @@ def untrainable_rejects(
     """Split shuffle ``order`` into the documents the layout uses and the rejects of those it
     cannot: SFT documents left with no response token once cut to fit (padded and bucketed
     layouts, and packed with ``overflow="truncate"``;
-    :func:`~llm_assets.lib.batching.prompt_fills_sequence`). Every other document is used."""
+    :func:`~llm_assets.kernels.batching.prompt_fills_sequence`). Every other document is used."""
     checked = _untrainable(table, spec)
     if checked is None:
         return order, empty_rejects()
@@ -920,9 +920,9 @@ def balanced(
     table: pa.Table, order: np.ndarray, task: GatherTask
 ) -> tuple[np.ndarray, np.ndarray, pa.Table]:
     """Shuffle ``order`` with the classes evened out by ``task.balance`` and every document
-    ``task.repeat`` times (:func:`~llm_assets.lib.batching.balance_order`): the new order, the
+    ``task.repeat`` times (:func:`~llm_assets.kernels.batching.balance_order`): the new order, the
     copy number of each of its places (0: the document itself), and the rejects of the
-    documents left out (:data:`~llm_assets.lib.batching.UNDERSAMPLED`), valued with their
+    documents left out (:data:`~llm_assets.kernels.batching.UNDERSAMPLED`), valued with their
     class's count."""
     mixture = task.spec.mixture
     if not task.balance:
@@ -995,10 +995,10 @@ def augmented(
     table: pa.Table, order: np.ndarray, copies: np.ndarray, task: GatherTask
 ) -> tuple[pa.Table, np.ndarray, dict[str, int]]:
     """``spec.augment``: the copies in ``order`` (``copies`` > 0) made variants of their
-    documents (:func:`~llm_assets.lib.augment.eda_variants`, encoded by ``task.tokenizer``), as
+    documents (:func:`~llm_assets.kernels.augment.eda_variants`, encoded by ``task.tokenizer``), as
     rows appended to ``table`` that ``order`` now points to, and how many variants each edit
     made (``augmented``, ``augmented_<edit>``; ``augmented_unchanged``: a document too short for
-    its edit, left as it is). Every row gets the :data:`~llm_assets.lib.batching.AUGMENTED`
+    its edit, left as it is). Every row gets the :data:`~llm_assets.kernels.batching.AUGMENTED`
     flag, so each batch file of the folder has the column."""
     n = table.num_rows
     flagged = table.append_column(AUGMENTED, pa.array(np.zeros(n, bool)))
@@ -1112,7 +1112,7 @@ def build_sequences(
 
 
 def _learned_spans(table: pa.Table) -> pa.Array | None:
-    """The chat rows' :data:`~llm_assets.lib.schema.LEARNED_SPANS`, None for other rows."""
+    """The chat rows' :data:`~llm_assets.kernels.schema.LEARNED_SPANS`, None for other rows."""
     if LEARNED_SPANS not in table.column_names:
         return None
     return table[LEARNED_SPANS].combine_chunks()
@@ -1238,7 +1238,7 @@ def megatron_done(prefix: str | Path, input_fingerprint: str) -> bool:
 def run_megatron(task: MegatronTask) -> dict[str, Any]:
     """Worker side: stream bucket by bucket (bounded memory), each bucket in shuffle order, every
     document followed by EOS (as Megatron's ``preprocess_data.py --append-eod`` does)."""
-    from llm_assets.lib.megatron import MegatronWriter
+    from llm_assets.kernels.megatron import MegatronWriter
 
     started = time.perf_counter()
     writer = MegatronWriter(task.prefix, task.vocab_size)

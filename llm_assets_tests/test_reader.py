@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from llm_assets.lib.batching import (
+from llm_assets.kernels.batching import (
     BATCH,
     BatchSpec,
     batch_schema_metadata,

@@ -13,9 +13,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from llm_assets.lib.batching import BatchSpec, assign_buckets, assign_splits, shuffle_keys
-from llm_assets.lib.filters import LengthFilterSpec, filter_length
-from llm_assets.lib.schema import (
+from llm_assets.kernels.batching import BatchSpec, assign_buckets, assign_splits, shuffle_keys
+from llm_assets.kernels.filters import LengthFilterSpec, filter_length
+from llm_assets.kernels.schema import (
     DOC_ID,
     INPUT_IDS,
     N_TOKENS,

@@ -23,18 +23,18 @@ from llm_assets.constants import (
     TOKENIZED_DOCUMENTS,
     TRAINING_BATCHES,
 )
-from llm_assets.lib.batching import BatchSpec
-from llm_assets.lib.decontam import DecontamSpec, EvalSetError, check_eval_sets
-from llm_assets.lib.dedup import ExactDedupSpec, NearDedupSpec
-from llm_assets.lib.filters import FilterSpec, LabelSpec, LengthFilterSpec
-from llm_assets.lib.flagged import FlaggedWordsSpec, load_word_list
-from llm_assets.lib.ingest import IngestSpec, detect_format
-from llm_assets.lib.language import LanguageSpec
-from llm_assets.lib.mixture import MixtureSource, MixtureSpec
-from llm_assets.lib.normalize import NormalizeSpec
-from llm_assets.lib.pii import PII_KINDS, PiiSpec
-from llm_assets.lib.quality import QualitySpec, RepetitionSpec
-from llm_assets.lib.tokenization import GPT2, TokenizerSpec
+from llm_assets.kernels.batching import BatchSpec
+from llm_assets.kernels.decontam import DecontamSpec, EvalSetError, check_eval_sets
+from llm_assets.kernels.dedup import ExactDedupSpec, NearDedupSpec
+from llm_assets.kernels.filters import FilterSpec, LabelSpec, LengthFilterSpec
+from llm_assets.kernels.flagged import FlaggedWordsSpec, load_word_list
+from llm_assets.kernels.ingest import IngestSpec, detect_format
+from llm_assets.kernels.language import LanguageSpec
+from llm_assets.kernels.mixture import MixtureSource, MixtureSpec
+from llm_assets.kernels.normalize import NormalizeSpec
+from llm_assets.kernels.pii import PII_KINDS, PiiSpec
+from llm_assets.kernels.quality import QualitySpec, RepetitionSpec
+from llm_assets.kernels.tokenization import GPT2, TokenizerSpec
 from llm_assets.paths import inside
 from llm_assets.warehouse.resource import WarehouseResource
 

@@ -32,8 +32,8 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from llm_assets.lib.normalize import NormalizeSpec, normalize_array
-from llm_assets.lib.tokenization import TokenizerSpec
+from llm_assets.kernels.normalize import NormalizeSpec, normalize_array
+from llm_assets.kernels.tokenization import TokenizerSpec
 from llm_assets.tasks import KERNEL_BATCH_ROWS
 
 STUDY_NORMALIZE = "ascii_lower"

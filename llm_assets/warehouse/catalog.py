@@ -25,7 +25,7 @@ import duckdb
 import pyarrow as pa
 
 from llm_assets.constants import PIPELINE_ASSETS, TRAINING_BATCHES
-from llm_assets.lib.schema import REJECT_SCHEMA
+from llm_assets.kernels.schema import REJECT_SCHEMA
 
 _log = logging.getLogger(__name__)
 

@@ -8,8 +8,8 @@ import dagster as dg
 from pydantic import PrivateAttr
 
 from llm_assets.constants import CATALOG_FILE, DEFAULT_WAREHOUSE_DIR
+from llm_assets.orchestration.runs import RunWatch
 from llm_assets.paths import inside, resolve_data_root
-from llm_assets.runs import RunWatch
 from llm_assets.warehouse.catalog import Catalog
 
 
@@ -22,7 +22,7 @@ class WarehouseResource(dg.ConfigurableResource):
     Every step that writes the catalog is in one concurrency pool, and every such step needs this
     resource, which Dagster sets up before the run's first step claims a slot: so its setup is
     where the run records its process and frees the slots of runs whose process died (see
-    :mod:`llm_assets.runs`), and keeps doing so while the run runs.
+    :mod:`llm_assets.orchestration.runs`), and keeps doing so while the run runs.
     """
 
     root: str = DEFAULT_WAREHOUSE_DIR

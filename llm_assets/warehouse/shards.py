@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import xxhash
 
-from llm_assets.lib.schema import CATEGORICAL_COLUMNS
+from llm_assets.kernels.schema import CATEGORICAL_COLUMNS
 
 META_PREFIX = "llm_assets."
 INPUT_FINGERPRINT = "llm_assets.input_fingerprint"

@@ -26,7 +26,7 @@ from llm_assets.constants import (
     TOKENIZED_DOCUMENTS,
     TRAINING_BATCHES,
 )
-from llm_assets.lib.batching import length_histogram
+from llm_assets.kernels.batching import length_histogram
 from llm_assets.stages import StageInputError
 from llm_assets.warehouse.resource import WarehouseResource
 from llm_assets_tests.conftest import REPO, pipeline_run_config
@@ -688,7 +688,7 @@ def test_an_input_file_named_with_tmp_is_read_and_kept(sample_input, tmp_path):
 
 
 def test_megatron_output_holds_every_document_in_the_batches_order(sample_input, tmp_path):
-    from llm_assets.lib.megatron import read_megatron
+    from llm_assets.kernels.megatron import read_megatron
 
     root = tmp_path / "wh"
     result = materialize(
@@ -726,7 +726,7 @@ def test_megatron_output_holds_every_document_in_the_batches_order(sample_input,
 def _batches_state(root: Path, result) -> dict:
     """What a user finds of the current batches: the materialization's folder, what the reader
     reads there, what the catalog says is current, and the folder's files with their bytes."""
-    from llm_assets.lib.megatron import read_megatron
+    from llm_assets.kernels.megatron import read_megatron
     from llm_assets.reader import IterableTokenBatches, TokenBatchDataset
 
     meta = materializations(result)[TRAINING_BATCHES]
@@ -1205,7 +1205,7 @@ def test_a_deleted_rejects_file_is_written_again_and_breaks_no_run(sample_input,
 def _gpt2_tokenizer_folder(folder: Path) -> Path:
     """GPT-2 as ``save_pretrained`` writes a tokenizer: a tokenizer.json (the vocabulary, with no
     special token's role) and the tokenizer_config.json that names eos_token."""
-    from llm_assets.lib.tokenization import gpt2_hf_tokenizer
+    from llm_assets.kernels.tokenization import gpt2_hf_tokenizer
 
     gpt2_hf_tokenizer().save_pretrained(folder)
     return folder

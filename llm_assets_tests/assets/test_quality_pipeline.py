@@ -13,7 +13,7 @@ import pytest
 
 from llm_assets.constants import FILTERED_DOCUMENTS
 from llm_assets.datagen import KIND_DUPLICATE, KIND_NEAR_DUPLICATE, generate_records
-from llm_assets.lib.normalize import NormalizeSpec, normalize_text
+from llm_assets.kernels.normalize import NormalizeSpec, normalize_text
 from llm_assets_tests.assets.test_pipeline import materializations, materialize, output_checksums
 
 FILTERS_OFF = {

@@ -403,7 +403,7 @@ def test_a_node_running_other_llm_assets_code_computes_nothing_and_is_named(tmp_
         stale / "llm_assets",
         ignore=shutil.ignore_patterns("__pycache__"),
     )
-    with (stale / "llm_assets" / "lib" / "normalize.py").open("a") as handle:
+    with (stale / "llm_assets" / "kernels" / "normalize.py").open("a") as handle:
         handle.write("\n# changed on this node only\n")
     older = '"""An older release: its wrapper, no check."""\n\n\ndef _call(fn, task):\n'
     older += "    return fn(task)\n"

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from llm_assets.lib.schema import rejects_table
+from llm_assets.kernels.schema import rejects_table
 from llm_assets.warehouse.catalog import (
     INSERT_CHUNK_ROWS,
     Catalog,
