@@ -19,13 +19,7 @@ from typing import Any
 
 from llm_assets.bench.ceiling import Ceiling, KernelsBound, kernels_bound, tokenizer_ceiling
 from llm_assets.bench.reference import REFERENCE_RUNNERS, STUDY_MIN_TOKENS
-from llm_assets.bench.report import (
-    git_commit,
-    machine_info,
-    markdown_report,
-    record_results,
-    write_charts,
-)
+from llm_assets.bench.report import markdown_report, write_charts
 from llm_assets.bench.runner import (
     OURS,
     REFERENCE,
@@ -41,6 +35,8 @@ from llm_assets.bench.runner import (
     summarize,
 )
 from llm_assets.compute.backends import BACKENDS
+from llm_assets.machine import git_commit, machine_info
+from llm_assets.warehouse.benchmarks import record_results
 from llm_assets.warehouse.catalog import Catalog
 
 REPO = Path(__file__).resolve().parents[1]

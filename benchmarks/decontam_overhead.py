@@ -30,13 +30,13 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from llm_assets.bench.report import machine_info
 from llm_assets.bench.runner import ensure_corpus, read_texts
 from llm_assets.datagen import generate_records
 from llm_assets.kernels import decontam
 from llm_assets.kernels.decontam import DecontamSpec, decontam_filter, eval_index
 from llm_assets.kernels.filters import FilterSpec
 from llm_assets.kernels.normalize import NormalizeSpec, normalize_array
+from llm_assets.machine import machine_info
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from quality_overhead import measure, quality_workload

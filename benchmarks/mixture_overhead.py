@@ -25,12 +25,12 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-from llm_assets.bench.report import machine_info
 from llm_assets.bench.runner import Workload
 from llm_assets.constants import TRAINING_BATCHES
 from llm_assets.datagen import generate_records, write_corpus
 from llm_assets.kernels.batching import BatchSpec
 from llm_assets.kernels.mixture import MixtureSource, MixtureSpec
+from llm_assets.machine import machine_info
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from quality_overhead import measure

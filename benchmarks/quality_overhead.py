@@ -30,7 +30,6 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from llm_assets.bench.report import machine_info
 from llm_assets.bench.runner import Workload, ensure_corpus, read_texts, run_pipeline
 from llm_assets.kernels.dedup import (
     ExactDedupSpec,
@@ -49,6 +48,7 @@ from llm_assets.kernels.quality import (
     quality_filter,
     repetition_filter,
 )
+from llm_assets.machine import machine_info
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

@@ -8,19 +8,11 @@ from pydantic import Field
 
 from llm_assets import stages
 from llm_assets.bench.reference import REFERENCE_RUNNERS
-from llm_assets.bench.report import (
-    HISTORY_SQL,
-    RESULTS_TABLE,
-    git_commit,
-    image_markdown,
-    machine_info,
-    markdown_report,
-    record_results,
-    winners,
-    write_charts,
-)
+from llm_assets.bench.report import image_markdown, markdown_report, winners, write_charts
 from llm_assets.bench.runner import BenchmarkPlan, RunResult, Workload, run_benchmark, summarize
 from llm_assets.constants import BENCHMARK_REPORT, CATALOG_POOL
+from llm_assets.machine import git_commit, machine_info
+from llm_assets.warehouse.benchmarks import HISTORY_SQL, RESULTS_TABLE, record_results
 from llm_assets.warehouse.resource import WarehouseResource
 
 BENCHMARK_GROUP = "benchmark"

@@ -1,76 +1,19 @@
-"""Benchmark results: the DuckDB history table, the Markdown report and the charts.
+"""Benchmark results as a reader sees them: the Markdown report, its tables and the charts.
 
-Results are appended (never replaced) to ``benchmark_results`` in the warehouse catalog, one row
-per measured repetition, with the git commit and the machine, so runs across commits and
-machines can be compared with SQL. Only the driver writes it, through one short connection.
+The history table they are recorded in is :mod:`llm_assets.warehouse.benchmarks`.
 """
 
 from __future__ import annotations
 
 import base64
-import json
-import os
-import platform
-import subprocess
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 from llm_assets.bench.reference import STUDY_RESULTS, StudyRow
 from llm_assets.bench.runner import OURS, REFERENCE, STARTUP, RunResult, Summary
+from llm_assets.machine import machine_info
 from llm_assets.tasks import PARTS, add_parts
-from llm_assets.warehouse.catalog import Catalog, insert_values
-
-RESULTS_TABLE = "benchmark_results"
-
-_RESULTS_SQL = f"""
-CREATE TABLE IF NOT EXISTS {RESULTS_TABLE} (
-    benchmark_run_id VARCHAR NOT NULL,
-    git_commit VARCHAR,
-    recorded_at TIMESTAMP, -- UTC (an older catalog's rows may hold the recorder's local time)
-    machine_cores INTEGER,
-    machine_memory_gb DOUBLE,
-    machine VARCHAR,
-    size BIGINT,
-    runner VARCHAR,
-    backend VARCHAR,
-    workers INTEGER,
-    repetition INTEGER,
-    rows_in BIGINT,
-    rows_out BIGINT,
-    tokens BIGINT,
-    bytes_in BIGINT,
-    seconds DOUBLE,
-    startup_seconds DOUBLE,
-    shutdown_seconds DOUBLE,
-    stage_seconds JSON,
-    rows_per_second DOUBLE,
-    tokens_per_second DOUBLE,
-    mb_per_second DOUBLE,
-    peak_driver_rss_mb DOUBLE,
-    peak_total_pss_mb DOUBLE,
-    cpu_seconds DOUBLE,
-    peak_processes INTEGER,
-    memory_kind VARCHAR,
-    stage_parts JSON
-);
--- Catalogs written before stage_parts existed get the column (null in their old rows).
-ALTER TABLE {RESULTS_TABLE} ADD COLUMN IF NOT EXISTS stage_parts JSON;
-"""
-_COLUMNS = 28
-
-HISTORY_SQL = f"""SELECT benchmark_run_id, git_commit, size, runner, backend,
-       median(seconds) AS seconds, quantile_disc(rows_in, 0.5) / median(seconds) AS rows_s,
-       max(peak_total_pss_mb) AS peak_mb, min(recorded_at) AS measured_at
-FROM {RESULTS_TABLE} GROUP BY ALL ORDER BY measured_at, size, runner, backend;"""
-"""Every run's medians in the order they were measured (run ids are UUIDs: their order is not
-time's; ``recorded_at`` is UTC). ``rows_s`` is the report's figure: the lower middle rows read
-(``quantile_disc``, as :func:`statistics.median_low`) over the median seconds, not the median of
-each repetition's rows/s, which differs for an even number of repetitions. The same query opens
-"History in SQL" in benchmarks/README.md; a test holds them equal."""
 
 SIZE_MATCH = 0.10
 """The study's published row is set beside a re-measured size only within this share of its rows
@@ -78,119 +21,6 @@ SIZE_MATCH = 0.10
 compare unlike things."""
 
 STUDY_LABELS = {"single": "single process", "multiprocessing": "multiprocessing", "ray": "Ray"}
-
-
-# --- context --------------------------------------------------------------------------------------
-def machine_cores() -> int:
-    """This machine's core count as results record it (``machine_cores``): backend ``auto`` uses
-    only results recorded with the same count, so both must count alike."""
-    return os.cpu_count() or 1
-
-
-def machine_info() -> dict[str, Any]:
-    """Cores, memory and platform of this machine (stored with every result)."""
-    return {
-        "cores": machine_cores(),
-        "memory_gb": round(psutil.virtual_memory().total / 1024**3, 1),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "cpu": platform.processor() or platform.machine(),
-    }
-
-
-def _git(where: Path, *args: str) -> str | None:
-    """``git <args>``'s output in ``where``, stripped; None when git fails or is missing."""
-    try:
-        out = subprocess.run(
-            # --no-optional-locks: a status must not rewrite the index of the checkout it reads
-            ["git", "--no-optional-locks", *args],
-            cwd=where,
-            capture_output=True,
-            text=True,
-            timeout=10,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() if out.returncode == 0 else None
-
-
-def git_commit(path: str | Path | None = None) -> str | None:
-    """The commit of the checkout holding this package, ``<hash>-dirty`` when tracked files have
-    uncommitted changes (as ``git describe --dirty``: untracked files do not count), so a result
-    measured on edited code is never filed under the clean commit. None outside a git checkout."""
-    where = Path(path) if path else Path(__file__).resolve().parent
-    head = _git(where, "rev-parse", "HEAD")
-    if not head:
-        return None
-    changes = _git(where, "status", "--porcelain", "--untracked-files=no")
-    return f"{head}-dirty" if changes else head
-
-
-# --- the history table ----------------------------------------------------------------------------
-def record_results(
-    catalog: Catalog,
-    benchmark_run_id: str,
-    results: Sequence[RunResult],
-    *,
-    machine: dict[str, Any] | None = None,
-    commit: str | None = None,
-    recorded_at: float | None = None,
-) -> int:
-    """Append every measured repetition to ``benchmark_results``; return the rows written.
-
-    ``recorded_at`` (seconds since the epoch, default now) is stored as UTC in the TIMESTAMP
-    column: converted in the session's time zone, which DuckDB takes from the recording
-    process's, the same instant would read as another time under another ``TZ``, and "the
-    latest run" (backend ``auto``, the history's order) would depend on where each run was
-    recorded."""
-    machine = machine or machine_info()
-    when = recorded_at if recorded_at is not None else time.time()
-    rows = [
-        [
-            benchmark_run_id,
-            commit,
-            when,
-            machine["cores"],
-            machine["memory_gb"],
-            json.dumps(machine, sort_keys=True),
-            r.size,
-            r.runner,
-            r.backend,
-            r.workers,
-            r.repetition,
-            r.rows_in,
-            r.rows_out,
-            r.tokens,
-            r.bytes_in,
-            r.seconds,
-            r.startup_seconds,
-            r.shutdown_seconds,
-            json.dumps(r.stage_seconds, sort_keys=True),
-            r.rows_per_second,
-            r.tokens_per_second,
-            r.mb_per_second,
-            r.peak_driver_rss_mb,
-            r.peak_total_pss_mb,
-            r.cpu_seconds,
-            r.peak_processes,
-            r.memory_kind,
-            json.dumps(r.stage_parts, sort_keys=True),
-        ]
-        for r in results
-    ]
-    placeholders = ", ".join(
-        "to_timestamp(?) AT TIME ZONE 'UTC'" if i == 2 else "?" for i in range(_COLUMNS)
-    )
-    with catalog.connect() as con:
-        con.execute(_RESULTS_SQL)
-        insert_values(con, f"INSERT INTO {RESULTS_TABLE}", rows, placeholders)
-    return len(rows)
-
-
-def ensure_results_table(catalog: Catalog) -> None:
-    """Create ``benchmark_results`` if missing (readers may query it before any run)."""
-    with catalog.connect() as con:
-        con.execute(_RESULTS_SQL)
 
 
 # --- Markdown -------------------------------------------------------------------------------------

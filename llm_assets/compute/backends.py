@@ -15,7 +15,7 @@ from llm_assets.compute.base import ComputeBackend, Logger
 BackendName = Literal["in_process", "multiprocess", "ray", "auto"]
 BACKENDS: tuple[str, ...] = ("in_process", "multiprocess", "ray")
 AUTO = "auto"
-"""Per stage, the backend that won the latest benchmark at the nearest size (see bench.auto)."""
+"""Per stage, the backend that won the latest benchmark at the nearest size (see compute.auto)."""
 
 
 WORKERS_PER_CORE_LIMIT = 8
@@ -96,7 +96,7 @@ def make_backend(
             **common,
         )
     if backend == AUTO:
-        from llm_assets.bench.auto import AutoBackend
+        from llm_assets.compute.auto import AutoBackend
         from llm_assets.constants import CATALOG_FILE, DEFAULT_WAREHOUSE_DIR
 
         def make(name: str) -> ComputeBackend:

@@ -95,7 +95,7 @@ class ComputeResource(dg.ConfigurableResource):
     def take_backend_choices(self) -> list[tuple[int | None, str]] | None:
         """Backend ``auto`` only: the (estimated input rows, chosen backend) of every run since
         the last call, so each stage's asset metadata can say what ran it; None otherwise."""
-        from llm_assets.bench.auto import AutoBackend
+        from llm_assets.compute.auto import AutoBackend
 
         if isinstance(self._backend, AutoBackend):
             return self._backend.take_choices()

@@ -6,8 +6,8 @@ import dagster as dg
 import pytest
 
 from llm_assets.assets.benchmark import benchmark_report
-from llm_assets.bench.report import HISTORY_SQL, RESULTS_TABLE
 from llm_assets.constants import BENCHMARK_JOB, BENCHMARK_REPORT, PIPELINE_JOB
+from llm_assets.warehouse.benchmarks import HISTORY_SQL, RESULTS_TABLE
 from llm_assets.warehouse.resource import WarehouseResource
 from llm_assets_tests.bench.test_plan import TOO_MANY_WORKERS
 

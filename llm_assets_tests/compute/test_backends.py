@@ -302,9 +302,10 @@ def test_auto_reads_the_results_in_the_runs_own_warehouse(tmp_path, monkeypatch)
     import dagster as dg
 
     from llm_assets.assets.pipeline import PIPELINE_ASSET_DEFS
-    from llm_assets.bench.report import machine_info, record_results
     from llm_assets.bench.runner import OURS, RunResult
     from llm_assets.compute.resource import ComputeResource
+    from llm_assets.machine import machine_info
+    from llm_assets.warehouse.benchmarks import record_results
     from llm_assets.warehouse.resource import WarehouseResource
     from llm_assets_tests.conftest import SAMPLE_DIR, pipeline_run_config
 

@@ -13,9 +13,9 @@ import pyarrow.parquet as pq
 import pytest
 import zstandard
 
-from llm_assets.bench.auto import AutoBackend, choose_backend, estimate_rows, read_winners
-from llm_assets.bench.report import machine_cores, recommendations, record_results, winners
+from llm_assets.bench.report import recommendations, winners
 from llm_assets.bench.runner import OURS, REFERENCE, RunResult, summarize
+from llm_assets.compute.auto import AutoBackend, choose_backend, estimate_rows
 from llm_assets.compute.backends import make_backend
 from llm_assets.compute.resource import ComputeResource
 from llm_assets.compute.testing import ProbeTask, run_probe
@@ -28,6 +28,8 @@ from llm_assets.constants import (
     PIPELINE_JOB,
 )
 from llm_assets.datagen import write_corpus
+from llm_assets.machine import machine_cores
+from llm_assets.warehouse.benchmarks import read_winners, record_results
 from llm_assets.warehouse.catalog import Catalog
 from llm_assets_tests.conftest import SAMPLE_DIR, pipeline_run_config
 

@@ -30,15 +30,14 @@ import math
 import os
 import struct
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import duckdb
 
-from llm_assets.bench.report import RESULTS_TABLE, machine_cores
 from llm_assets.compute.base import ComputeBackend, OnResult, R, T
-from llm_assets.warehouse.catalog import Catalog, CatalogLockedError
+from llm_assets.warehouse.benchmarks import BenchmarkFigures, read_figures
+from llm_assets.warehouse.catalog import CatalogLockedError
 
 FALLBACK_BACKEND = "in_process"
 BYTES_PER_ROW = 500
@@ -47,117 +46,6 @@ COMPRESSION_RATIO = 5.0
 """Uncompressed / compressed bytes of a JSONL corpus whose compressed file does not state its
 uncompressed size (a streamed zstd frame): the generated corpus is 5.4x at zstd level 10 and
 4.1x as gzip."""
-READ_TIMEOUT_S = 10.0
-"""How long to wait for a benchmark catalog another process holds before falling back."""
-
-_FIGURES_SQL = """
-WITH here AS (
-    -- our pipeline's results recorded on a machine with this machine's core count
-    SELECT * FROM benchmark_results WHERE runner = 'ours' AND machine_cores = $cores
-), latest AS (
-    -- every (size, backend): the most recent benchmark run that measured it
-    SELECT size, backend, arg_max(benchmark_run_id, recorded_at) AS benchmark_run_id
-    FROM here GROUP BY size, backend
-), medians AS (
-    SELECT h.size, h.backend, median(h.seconds) AS seconds, h.benchmark_run_id,
-           any_value(h.git_commit) AS git_commit, any_value(h.machine) AS machine
-    FROM here h JOIN latest l USING (size, backend, benchmark_run_id)
-    GROUP BY h.size, h.backend, h.benchmark_run_id
-)
-SELECT size, backend, seconds, benchmark_run_id, git_commit, machine FROM medians
-ORDER BY size, seconds, backend
-"""
-"""Each (size, backend) at its latest measurement on this machine's core count, fastest first
-per size (ties by backend name, as the report breaks them)."""
-
-_ELSEWHERE_SQL = """
-SELECT machine_cores, count(*), list(DISTINCT benchmark_run_id ORDER BY benchmark_run_id)
-FROM benchmark_results WHERE runner = 'ours' AND machine_cores IS DISTINCT FROM $cores
-GROUP BY machine_cores ORDER BY machine_cores NULLS LAST
-"""
-"""Our results recorded with another core count (or none): named in the log, never used."""
-
-
-@dataclass(frozen=True)
-class Figure:
-    """One (size, backend) at its latest measurement: the median seconds of that run's
-    repetitions, and where they come from."""
-
-    size: int
-    backend: str
-    seconds: float
-    benchmark_run_id: str
-    git_commit: str | None
-    machine: str | None
-    """The ``machine`` column: the recording machine's description, as JSON."""
-
-
-@dataclass(frozen=True)
-class Elsewhere:
-    """Results of our pipeline recorded on machines with another core count (None: unknown)."""
-
-    cores: int | None
-    results: int
-    run_ids: list[str]
-
-
-@dataclass(frozen=True)
-class BenchmarkFigures:
-    """What ``benchmark_results`` holds for a machine with ``cores`` cores, and what it holds
-    for others."""
-
-    cores: int
-    """The core count the figures were selected by (this machine's)."""
-    by_size: dict[int, list[Figure]] = field(default_factory=dict)
-    """Per size, each backend's figure, fastest first; sizes with one backend included."""
-    elsewhere: list[Elsewhere] = field(default_factory=list)
-
-    @property
-    def compared(self) -> dict[int, list[Figure]]:
-        """The sizes where at least two backends were measured: the only ones with a winner."""
-        return {size: figs for size, figs in self.by_size.items() if len(figs) > 1}
-
-    @property
-    def winners(self) -> dict[int, str]:
-        """Size -> the fastest backend, at the sizes where it was compared with another."""
-        return {size: figs[0].backend for size, figs in self.compared.items()}
-
-
-def read_figures(catalog_path: str | Path, cores: int | None = None) -> BenchmarkFigures:
-    """Our pipeline's figures in ``benchmark_results`` recorded with ``cores`` cores (default
-    this machine's, counted by :func:`~llm_assets.bench.report.machine_cores` as the recorder
-    counts them), each (size, backend) at its latest measurement, and a count of the results
-    recorded with other core counts.
-
-    Empty when the catalog or its ``benchmark_results`` table does not exist (nothing measured
-    yet). A catalog that cannot be opened or read raises (``duckdb.Error``,
-    :class:`~llm_assets.warehouse.catalog.CatalogLockedError`): that is not "no results"."""
-    cores = machine_cores() if cores is None else cores
-    path = Path(catalog_path)
-    if not path.exists():
-        return BenchmarkFigures(cores)
-    with Catalog(path, lock_timeout_s=READ_TIMEOUT_S).connect(read_only=True) as con:
-        (exists,) = con.execute(
-            "SELECT count(*) > 0 FROM duckdb_tables() WHERE table_name = ?", [RESULTS_TABLE]
-        ).fetchone()
-        if not exists:
-            return BenchmarkFigures(cores)
-        rows = con.execute(_FIGURES_SQL, {"cores": cores}).fetchall()
-        elsewhere = con.execute(_ELSEWHERE_SQL, {"cores": cores}).fetchall()
-    by_size: dict[int, list[Figure]] = {}
-    for size, backend, seconds, run_id, commit, machine in rows:
-        figure = Figure(int(size), str(backend), float(seconds), str(run_id), commit, machine)
-        by_size.setdefault(figure.size, []).append(figure)
-    return BenchmarkFigures(
-        cores, by_size, [Elsewhere(c, int(n), [str(r) for r in ids]) for c, n, ids in elsewhere]
-    )
-
-
-def read_winners(catalog_path: str | Path, cores: int | None = None) -> dict[int, str]:
-    """Size -> fastest backend of our pipeline, each (size, backend) at its latest measurement,
-    at the sizes where at least two backends were measured on a machine with ``cores`` cores
-    (default this machine's); see :func:`read_figures`."""
-    return read_figures(catalog_path, cores).winners
 
 
 def describe_machine(machine: str | None) -> str:
