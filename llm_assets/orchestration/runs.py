@@ -41,9 +41,7 @@ from typing import Literal, NamedTuple
 import dagster as dg
 import psutil
 
-# Not exported at the top level of dagster; Dagster's own launchers and events import them here.
-from dagster._core.events import JobFailureData, RunFailureReason
-from dagster._core.launcher import CheckRunHealthResult, WorkerStatus
+from llm_assets.orchestration.instance import WorkerCheckingRunLauncher, report_run_died
 
 RUN_PROCESS_TAG = "llm_assets/run_process"
 """Run tag holding the JSON of the run's :class:`RunProcess`."""
@@ -300,10 +298,7 @@ def _declare_dead(
             instance.report_run_canceled(current, message)
             done.append("marked it canceled")
         else:
-            failure = JobFailureData(
-                error=None, failure_reason=RunFailureReason.UNEXPECTED_TERMINATION
-            )
-            instance.report_run_failed(current, message, failure)
+            report_run_died(instance, current, message)
             done.append("marked it failed")
     if in_pool:
         instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
@@ -376,7 +371,7 @@ class RunWatch:
             self._thread.join(timeout=30)
 
 
-class ProcessCheckingRunLauncher(dg.DefaultRunLauncher):
+class ProcessCheckingRunLauncher(WorkerCheckingRunLauncher):
     """Dagster's ``DefaultRunLauncher`` (a process per run, started by the code server) that can
     also answer run monitoring's question: is this run's process alive?
 
@@ -386,16 +381,12 @@ class ProcessCheckingRunLauncher(dg.DefaultRunLauncher):
     fails a run on any other answer.
     """
 
-    @property
-    def supports_check_run_worker_health(self) -> bool:
-        return True
-
-    def check_run_worker_health(self, run: dg.DagsterRun) -> CheckRunHealthResult:
+    def worker_dead(self, run: dg.DagsterRun) -> tuple[bool, str]:
         record = RunProcess.of_run(run)
         if record is None:
-            return CheckRunHealthResult(WorkerStatus.RUNNING, "no process record; not checked")
+            return False, "no process record; not checked"
         liveness = record.liveness()
         message = f"its process ({record.describe()}) {liveness.reason}"
         if liveness.state == "dead":
-            return CheckRunHealthResult(WorkerStatus.FAILED, f"declared dead: {message}")
-        return CheckRunHealthResult(WorkerStatus.RUNNING, message)
+            return True, f"declared dead: {message}"
+        return False, message
