@@ -10,11 +10,8 @@ from llm_assets.assets.maintenance import prune_warehouse
 from llm_assets.assets.pipeline import PIPELINE_ASSET_DEFS
 from llm_assets.compute.resource import ComputeResource
 from llm_assets.constants import BENCHMARK_JOB, BENCHMARK_REPORT, PIPELINE_ASSETS, PIPELINE_JOB
-from llm_assets.orchestration.automation import (
-    input_folder_sensor,
-    nightly_pipeline,
-    weekly_benchmark,
-)
+from llm_assets.orchestration.schedules import nightly_pipeline, weekly_benchmark
+from llm_assets.orchestration.sensors import input_folder_sensor
 from llm_assets.warehouse.resource import WarehouseResource
 
 # The pipeline runs its steps in one process: parallelism lives in the compute backend, and a

@@ -1,5 +1,5 @@
-"""Sensor and schedules: a new file starts exactly one run that computes only what is new, an
-unchanged folder is skipped, and the schedules exist but are off until someone turns them on."""
+"""The input folder sensor: a new file starts exactly one run that computes only what is new,
+an unchanged folder is skipped, a failed change is requested again."""
 
 from __future__ import annotations
 
@@ -14,20 +14,12 @@ import pytest
 
 from llm_assets.assets.pipeline import PIPELINE_ASSET_DEFS
 from llm_assets.compute.resource import ComputeResource
-from llm_assets.constants import DEFAULT_INPUT_DIR, PIPELINE_JOB
-from llm_assets.definitions import defs
-from llm_assets.orchestration import automation
-from llm_assets.orchestration.automation import (
-    INPUT_DIR_ENV,
-    RUN_CONFIG_ENV,
+from llm_assets.orchestration import sensors
+from llm_assets.orchestration.sensors import (
     RUN_KEY_TAG,
     SENSOR_NAME_TAG,
-    AutomationConfigError,
     build_input_folder_sensor,
     changed_files,
-    nightly_pipeline,
-    pipeline_run_config,
-    watched_folder,
 )
 from llm_assets.warehouse.resource import WarehouseResource
 from llm_assets_tests.conftest import SAMPLE_DIR
@@ -124,9 +116,9 @@ def _watched_sample(tmp_path: Path):
 
 
 def test_a_change_whose_run_failed_is_requested_again(tmp_path, monkeypatch):
-    """The changes of a failed run are not forgotten (before: the cursor moved on when the run
-    was requested, so a file whose run failed was not read until it changed again): the sensor
-    says which run failed and when it tries again, requests the change again after the delay,
+    """The changes of a failed run are not forgotten (the cursor does not move on when the run
+    is requested, or a file whose run failed would not be read until it changed again): the
+    sensor says which run failed and when it tries again, requests the change again after the delay,
     and at once with any later change; a run that succeeds (or a successful re-execution of a
     failed one) settles everything it covered."""
     folder, instance, sensor, evaluate = _watched_sample(tmp_path)
@@ -147,13 +139,13 @@ def test_a_change_whose_run_failed_is_requested_again(tmp_path, monkeypatch):
     assert isinstance(evaluate(waiting.cursor), dg.SkipReason)
 
     # After the delay the same change is requested again, under a new key; it fails again.
-    monkeypatch.setattr(automation, "RETRY_AFTER_SECONDS", 0.0)
+    monkeypatch.setattr(sensors, "RETRY_AFTER_SECONDS", 0.0)
     retry = evaluate(waiting.cursor)
     (request2,) = retry.run_requests
     assert request2.run_key != request.run_key
     assert request2.run_key.split("-", 1)[1] == request.run_key.split("-", 1)[1]
     assert not _run(request2, not_a_folder, instance, sensor).success
-    monkeypatch.setattr(automation, "RETRY_AFTER_SECONDS", 300.0)
+    monkeypatch.setattr(sensors, "RETRY_AFTER_SECONDS", 300.0)
     again = evaluate(retry.cursor)
     assert "(2 time(s))" in again.skip_reason.skip_message
     retry_at = time.strptime(
@@ -179,8 +171,8 @@ def test_a_change_whose_run_failed_is_requested_again(tmp_path, monkeypatch):
 def test_a_cursor_of_an_earlier_release_keeps_its_failed_run(tmp_path, monkeypatch, outcome):
     """A cursor of a release before failed runs were retried (files and runs; it moved on at
     each request) whose last run failed: after the upgrade the folder is requested again once
-    the retry delay is over (before: "no new, changed or deleted files", the failed change lost
-    for good). Had that run succeeded, nothing is requested."""
+    the retry delay is over, rather than "no new, changed or deleted files" with the failed
+    change lost for good. Had that run succeeded, nothing is requested."""
     _, instance, sensor, evaluate = _watched_sample(tmp_path)
     first = evaluate(None)
     (request,) = first.run_requests
@@ -198,7 +190,7 @@ def test_a_cursor_of_an_earlier_release_keeps_its_failed_run(tmp_path, monkeypat
         assert "no new, changed or deleted" in skip.skip_message
         return
     assert "ended FAILURE" in skip.skip_message
-    monkeypatch.setattr(automation, "RETRY_AFTER_SECONDS", 0.0)
+    monkeypatch.setattr(sensors, "RETRY_AFTER_SECONDS", 0.0)
     (retry,) = evaluate(after.cursor).run_requests
     assert retry.run_key.startswith("2-") and retry.tags["llm_assets/changed_files"] == str(
         len(state["files"])
@@ -209,9 +201,8 @@ def test_a_cursor_of_an_earlier_release_keeps_its_failed_run(tmp_path, monkeypat
 @pytest.mark.parametrize("seen", ["none", "tick", "retry"])
 def test_a_successful_reexecution_settles_a_failed_change(tmp_path, monkeypatch, seen):
     """Re-executing a failed sensor run (it keeps the run key) and succeeding counts: the change
-    is not requested again, whether the sensor saw the failure first or not (before the review
-    of the fix: once a tick had seen the failure, a later successful re-execution was ignored
-    and the change requested again after the delay)."""
+    is not requested again, whether the sensor saw the failure first or not (a tick that saw
+    the failure, or a failed retry, does not make a later successful re-execution ignored)."""
     _, instance, sensor, evaluate = _watched_sample(tmp_path)
 
     first = evaluate(None)
@@ -225,15 +216,14 @@ def test_a_successful_reexecution_settles_a_failed_change(tmp_path, monkeypatch,
         assert "ended FAILURE" in saw.skip_reason.skip_message
         cursor = saw.cursor
     if seen == "retry":  # and the sensor's retry of the change failed too, and was seen
-        monkeypatch.setattr(automation, "RETRY_AFTER_SECONDS", 0.0)
+        monkeypatch.setattr(sensors, "RETRY_AFTER_SECONDS", 0.0)
         retry = evaluate(cursor)
         assert not _run(retry.run_requests[0], not_a_folder, instance, sensor).success
-        monkeypatch.setattr(automation, "RETRY_AFTER_SECONDS", 300.0)
+        monkeypatch.setattr(sensors, "RETRY_AFTER_SECONDS", 300.0)
         cursor = evaluate(retry.cursor).cursor
-    # the first request re-executed (before: ignored once a tick had seen the failure, or once
-    # a retry had failed too)
+    # the first request re-executed: counted even after a tick saw the failure or a retry failed
     assert _run(request, tmp_path / "warehouse", instance, sensor).success
-    monkeypatch.setattr(automation, "RETRY_AFTER_SECONDS", 0.0)  # past any retry delay
+    monkeypatch.setattr(sensors, "RETRY_AFTER_SECONDS", 0.0)  # past any retry delay
     after = evaluate(cursor)
     assert not after.run_requests and "no new, changed" in after.skip_reason.skip_message
     state = json.loads(after.cursor)
@@ -242,8 +232,8 @@ def test_a_successful_reexecution_settles_a_failed_change(tmp_path, monkeypatch,
 
 
 def test_sensor_waits_for_a_file_to_settle_then_runs_once(tmp_path):
-    """A file modified within the settle time (still being copied in) starts no run yet (before:
-    a run read it half-written, recording its cut-off end as rejects, and another run followed)."""
+    """A file modified within the settle time (still being copied in) starts no run yet: a run
+    would read it half-written, recording its cut-off end as rejects, and another run follow."""
     (tmp_path / "in").mkdir()
     path = tmp_path / "in" / "a.jsonl"
     path.write_text('{"text": "being written"}\n')
@@ -256,10 +246,9 @@ def test_sensor_waits_for_a_file_to_settle_then_runs_once(tmp_path):
 
 
 def test_sensor_runs_on_a_deleted_file_and_on_a_restored_one(tmp_path):
-    """Deleting a file starts a run, so its rows leave the current output (before: nothing ran
-    and the cursor kept the file). A file restored from a backup (same size and mtime as an
-    earlier state) starts a run with a new key (before: the key repeated the first run's, and
-    Dagster starts one run per key, so the restored file was never read)."""
+    """Deleting a file starts a run, so its rows leave the current output. A file restored
+    from a backup (same size and mtime as an earlier state) starts a run with a new key: Dagster
+    starts one run per key, so a repeated key would leave the restored file unread."""
     folder = tmp_path / "in"
     folder.mkdir()
     a, b = folder / "a.jsonl", folder / "b.jsonl"
@@ -286,84 +275,14 @@ def test_sensor_runs_on_a_deleted_file_and_on_a_restored_one(tmp_path):
 
 
 def test_extra_run_config_is_merged_at_every_depth(tmp_path):
-    """Extra ``raw_documents`` settings keep the watched folder (before: a one-level merge
-    replaced the op's config, and the run read ``data/sample`` instead)."""
+    """Extra ``raw_documents`` settings keep the watched folder (a one-level merge would replace
+    the op's config, and the run read ``data/sample`` instead)."""
     (tmp_path / "in").mkdir()
     _aged(Path(shutil.copy(SAMPLE_DIR / "wiki_sample.jsonl", tmp_path / "in")))
     extra = {"ops": {"raw_documents": {"config": {"text_field": "output"}}}}
     sensor = build_input_folder_sensor(str(tmp_path / "in"), run_config=extra)
     config = _evaluate(sensor, None).run_requests[0].run_config["ops"]["raw_documents"]["config"]
     assert config == {"input_dir": str(tmp_path / "in"), "text_field": "output"}
-
-
-def test_nightly_schedule_reads_the_watched_folder(tmp_path, monkeypatch):
-    """The nightly run reads ``$LLM_ASSETS_INPUT_DIR``, the sensor's folder (before: an empty run
-    config, so always ``data/sample``); an empty variable counts as unset."""
-    monkeypatch.setenv(INPUT_DIR_ENV, str(tmp_path))
-    request = nightly_pipeline(dg.build_schedule_context())
-    assert request.run_config["ops"]["raw_documents"]["config"]["input_dir"] == str(tmp_path)
-    monkeypatch.setenv(INPUT_DIR_ENV, "")
-    assert watched_folder() == DEFAULT_INPUT_DIR
-
-
-def test_automatic_runs_use_the_run_config_file(tmp_path, monkeypatch):
-    """``$LLM_ASSETS_RUN_CONFIG`` gives the sensor's and the schedule's runs the settings of the
-    user's data (before: only ``input_dir`` could be set, so data whose text is not in ``text``
-    was rejected whole, run after run). Its ``input_dir`` is the watched folder unless
-    ``$LLM_ASSETS_INPUT_DIR`` names another; the run produces documents from the ``content``
-    field."""
-    data = tmp_path / "in"
-    data.mkdir()
-    # Three long generated paragraphs, which the default filters keep, under "content".
-    from llm_assets.datagen import generate_records
-
-    texts = sorted((r["text"] for r in generate_records(60, seed=1)), key=len)[-3:]
-    (data / "a.jsonl").write_text("\n".join(json.dumps({"content": t}) for t in texts) + "\n")
-    _aged(data / "a.jsonl")
-    config_file = tmp_path / "mine.yaml"
-    config_file.write_text(
-        f"ops:\n  raw_documents:\n    config: {{input_dir: {data}, text_field: content}}\n"
-        "  training_batches: {config: {seq_len: 64}}\n"
-    )
-    monkeypatch.delenv(INPUT_DIR_ENV, raising=False)
-    monkeypatch.setenv(RUN_CONFIG_ENV, str(config_file))
-    assert watched_folder() == str(data)
-    request = _evaluate(build_input_folder_sensor(), None).run_requests[0]
-    assert request.run_config["ops"]["raw_documents"]["config"] == {
-        "input_dir": str(data),
-        "text_field": "content",
-    }
-    result = _run(request, tmp_path / "warehouse")
-    assert result.success
-    raw = result.asset_materializations_for_node("raw_documents")[0].metadata
-    assert raw["rows_out"].value == 3
-    nightly = nightly_pipeline(dg.build_schedule_context()).run_config
-    assert nightly == request.run_config
-    other = tmp_path / "other"
-    other.mkdir()
-    monkeypatch.setenv(INPUT_DIR_ENV, str(other))
-    config = pipeline_run_config(watched_folder())["ops"]["raw_documents"]["config"]
-    assert config == {"input_dir": str(other), "text_field": "content"}
-
-
-@pytest.mark.parametrize(
-    ("content", "message"),
-    [(None, "cannot read"), ("ops: [unclosed", "not valid YAML"), ("- a\n- b\n", "got list")],
-)
-def test_a_bad_run_config_file_fails_the_tick_naming_it(tmp_path, monkeypatch, content, message):
-    """A missing, non-YAML or non-mapping ``$LLM_ASSETS_RUN_CONFIG`` fails the sensor's tick and
-    the schedule's, naming the file, instead of starting runs without the settings."""
-    path = tmp_path / "run.yaml"
-    if content is not None:
-        path.write_text(content)
-    monkeypatch.setenv(RUN_CONFIG_ENV, str(path))
-    (tmp_path / "in").mkdir()
-    monkeypatch.setenv(INPUT_DIR_ENV, str(tmp_path / "in"))
-    with pytest.raises(AutomationConfigError, match=message) as raised:
-        nightly_pipeline(dg.build_schedule_context())
-    assert str(path) in str(raised.value)
-    with pytest.raises(Exception, match=message):
-        _evaluate(build_input_folder_sensor(), None)
 
 
 def test_sensor_skips_a_missing_folder_with_its_reason(tmp_path):
@@ -377,15 +296,3 @@ def test_changed_files_sees_new_and_modified_only():
         "b": "2:3",
         "c": "5:5",
     }
-
-
-def test_schedules_and_sensor_are_registered_and_off_by_default():
-    repo = defs.get_repository_def()
-    assert repo.get_sensor_def("input_folder_sensor").job_name == PIPELINE_JOB
-    assert (
-        repo.get_sensor_def("input_folder_sensor").default_status == dg.DefaultSensorStatus.STOPPED
-    )
-    for name, cron in (("nightly_pipeline", "0 2 * * *"), ("weekly_benchmark", "0 3 * * 0")):
-        schedule = repo.get_schedule_def(name)
-        assert schedule.cron_schedule == cron
-        assert schedule.default_status == dg.DefaultScheduleStatus.STOPPED
