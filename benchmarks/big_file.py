@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 
 from llm_assets.bench.runner import ensure_corpus, run_isolated, run_pipeline
 from llm_assets.constants import CATALOG_FILE, PIPELINE_ASSETS
-from llm_assets.datagen import write_corpus
+from llm_assets.datagen.writers import write_corpus
 from llm_assets.warehouse.catalog import Catalog
 
 REPO = Path(__file__).resolve().parents[1]

@@ -31,7 +31,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from llm_assets.bench.runner import ensure_corpus, read_texts
-from llm_assets.datagen import generate_records
+from llm_assets.datagen.corpus import generate_records
 from llm_assets.kernels import decontam
 from llm_assets.kernels.decontam import DecontamSpec, decontam_filter, eval_index
 from llm_assets.kernels.filters import FilterSpec

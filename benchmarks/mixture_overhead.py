@@ -27,7 +27,8 @@ from pathlib import Path
 
 from llm_assets.bench.runner import Workload
 from llm_assets.constants import TRAINING_BATCHES
-from llm_assets.datagen import generate_records, write_corpus
+from llm_assets.datagen.corpus import generate_records
+from llm_assets.datagen.writers import write_corpus
 from llm_assets.kernels.batching import BatchSpec
 from llm_assets.kernels.mixture import MixtureSource, MixtureSpec
 from llm_assets.machine import machine_info

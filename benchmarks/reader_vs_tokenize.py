@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from llm_assets.datagen import generate_records
+from llm_assets.datagen.corpus import generate_records
 from llm_assets.kernels.batching import BatchSpec, batch_schema_metadata, pack_sequences
 from llm_assets.kernels.tokenization import TokenizerSpec
 from llm_assets.reader import IterableTokenBatches

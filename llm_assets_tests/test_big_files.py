@@ -24,7 +24,8 @@ from llm_assets.constants import (
     RAW_DOCUMENTS,
     TOKENIZED_DOCUMENTS,
 )
-from llm_assets.datagen import generate_records, write_corpus
+from llm_assets.datagen.corpus import generate_records
+from llm_assets.datagen.writers import write_corpus
 from llm_assets.kernels.batching import BatchSpec
 from llm_assets.kernels.filters import LengthFilterSpec
 from llm_assets.kernels.ingest import IngestSpec

@@ -19,7 +19,7 @@ import yaml
 from llm_assets.assets.pipeline import PIPELINE_ASSET_DEFS
 from llm_assets.compute.resource import ComputeResource
 from llm_assets.constants import PIPELINE_ASSETS
-from llm_assets.datagen import write_corpus
+from llm_assets.datagen.writers import write_corpus
 from llm_assets.warehouse.catalog import Catalog
 from llm_assets.warehouse.resource import WarehouseResource
 from llm_assets.warehouse.shards import file_checksum

@@ -188,7 +188,8 @@ def ensure_corpus(
     complete; a failure or an interruption (Ctrl-C, Dagster's run termination: both raise
     ``KeyboardInterrupt``) removes that file, so no hidden ``.tmp<pid>-corpus.jsonl`` is left
     behind to take the disk."""
-    from llm_assets.datagen import generate_records, write_corpus
+    from llm_assets.datagen.corpus import generate_records
+    from llm_assets.datagen.writers import write_corpus
 
     path = corpus_path(data_dir, size, suffix)
     if not path.exists():

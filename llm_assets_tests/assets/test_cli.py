@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from llm_assets.constants import PIPELINE_ASSETS, PIPELINE_JOB
-from llm_assets.datagen import write_corpus
+from llm_assets.datagen.writers import write_corpus
 from llm_assets.definitions import defs
 from llm_assets_tests.assets.test_pipeline import output_checksums
 from llm_assets_tests.conftest import REPO, pipeline_run_config

@@ -12,7 +12,7 @@ import duckdb
 import pytest
 
 from llm_assets.constants import FILTERED_DOCUMENTS
-from llm_assets.datagen import KIND_DUPLICATE, KIND_NEAR_DUPLICATE, generate_records
+from llm_assets.datagen.corpus import KIND_DUPLICATE, KIND_NEAR_DUPLICATE, generate_records
 from llm_assets.kernels.normalize import NormalizeSpec, normalize_text
 from llm_assets_tests.assets.test_pipeline import materializations, materialize, output_checksums
 

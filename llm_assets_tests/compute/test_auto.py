@@ -27,7 +27,7 @@ from llm_assets.constants import (
     PIPELINE_ASSETS,
     PIPELINE_JOB,
 )
-from llm_assets.datagen import write_corpus
+from llm_assets.datagen.writers import write_corpus
 from llm_assets.machine import machine_cores
 from llm_assets.warehouse.benchmarks import read_winners, record_results
 from llm_assets.warehouse.catalog import Catalog

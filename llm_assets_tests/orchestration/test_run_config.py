@@ -28,7 +28,7 @@ def test_automatic_runs_use_the_run_config_file(tmp_path, monkeypatch):
     data = tmp_path / "in"
     data.mkdir()
     # Three long generated paragraphs, which the default filters keep, under "content".
-    from llm_assets.datagen import generate_records
+    from llm_assets.datagen.corpus import generate_records
 
     texts = sorted((r["text"] for r in generate_records(60, seed=1)), key=len)[-3:]
     (data / "a.jsonl").write_text("\n".join(json.dumps({"content": t}) for t in texts) + "\n")
