@@ -9,6 +9,7 @@ import dagster as dg
 from pydantic import Field
 
 from llm_assets import stages
+from llm_assets.assets.config import Form, config_class, to_spec
 from llm_assets.assets.reporting import materialize_result, sft_example_markdown
 from llm_assets.compute.resource import ComputeResource
 from llm_assets.constants import (
@@ -30,85 +31,52 @@ from llm_assets.kernels.filters import FilterSpec, LabelSpec, LengthFilterSpec
 from llm_assets.kernels.flagged import FlaggedWordsSpec, load_word_list
 from llm_assets.kernels.ingest import IngestSpec, detect_format
 from llm_assets.kernels.language import LanguageSpec
-from llm_assets.kernels.mixture import MixtureSource, MixtureSpec
+from llm_assets.kernels.mixture import MixtureSpec
 from llm_assets.kernels.normalize import NormalizeSpec
-from llm_assets.kernels.pii import PII_KINDS, PiiSpec
 from llm_assets.kernels.quality import QualitySpec, RepetitionSpec
 from llm_assets.kernels.tokenization import GPT2, TokenizerSpec
 from llm_assets.paths import inside
 from llm_assets.warehouse.resource import WarehouseResource
 
-
-class RawDocumentsConfig(dg.Config):
-    input_dir: str = Field(
-        DEFAULT_INPUT_DIR, description="Folder of input files (read recursively)"
-    )
-    text_field: str = Field("text", description="Field or column that holds the text")
-    rows_per_shard: int = Field(
-        stages.DEFAULT_ROWS_PER_SHARD,
-        description=(
-            "Rows per shard, the unit of work, parallelism and restart: plain JSONL files are cut "
-            "into ranges of this many lines and Parquet files into ranges of whole row groups "
-            "when read; any other file is read whole, and the next stage cuts it into parts of "
-            "whole row groups (8,192 rows each, fewer for large documents) of at most this many"
+RawDocumentsConfig = config_class(
+    IngestSpec,
+    "RawDocumentsConfig",
+    exclude=("batch_rows", "batch_bytes"),
+    forms={
+        # 'last' (the default) is the spec's None.
+        "chat_answers": Form(
+            type=Literal["last", "every", "all"],
+            default="last",
+            to_spec=lambda answers: None if answers == "last" else answers,
+        )
+    },
+    extra={
+        "input_dir": (
+            str,
+            Field(DEFAULT_INPUT_DIR, description="Folder of input files (read recursively)"),
         ),
-    )
-    csv_delimiter: str = ","
-    chat_field: str | None = Field(
-        None,
-        description=(
-            "Chat SFT: the field or column holding a conversation (a list of {role, content} "
-            "messages, or ShareGPT's {from, value}; tool calls and results read too) instead of "
-            "text_field: an assistant's message is the text (learned, see chat_answers); the "
-            "messages before it are the prompt, rendered by tokenized_documents' chat_template"
+        "rows_per_shard": (
+            int,
+            Field(
+                stages.DEFAULT_ROWS_PER_SHARD,
+                description=(
+                    "Rows per shard, the unit of work, parallelism and restart: plain JSONL files "
+                    "are cut into ranges of this many lines and Parquet files into ranges of "
+                    "whole row groups when read; any other file is read whole, and the next "
+                    "stage cuts it into parts of whole row groups (8,192 rows each, fewer for "
+                    "large documents) of at most this many"
+                ),
+            ),
         ),
-    )
-    chat_answers: Literal["last", "every", "all"] = Field(
-        "last",
-        description=(
-            "With chat_field: 'last' learns each conversation's last message (one row per "
-            "conversation); 'every' gives one row per assistant message (not empty, not of "
-            "weight 0), each with the whole conversation before it as its prompt; 'all' gives "
-            "one row per conversation that learns those messages where they stand (the loss "
-            "masks the other turns)"
-        ),
-    )
+    },
+)
 
+NormalizeConfig = config_class(
+    NormalizeSpec, "NormalizeConfig", flatten=("pii",), keys={"pii.mode": "pii"}
+)
+"""The PII settings are top-level keys: ``pii`` (the mode), ``pii_kinds``, ``pii_max_density``."""
 
-class NormalizeConfig(dg.Config):
-    preset: Literal["default", "ascii_lower", "none"] = Field(
-        "default", description="default keeps meaning; ascii_lower is the published study's rule"
-    )
-    unicode_form: Literal["NFC", "NFKC"] = "NFC"
-    strip_html: bool = False
-    pii: Literal["redact", "reject", "off"] = Field(
-        "redact",
-        description="redact: replace emails, phones, IPs, cards, IBANs, SSNs with <EMAIL>-style "
-        "placeholders (counts in pii_redactions); reject: drop documents denser than "
-        "pii_max_density (the rest are redacted); off",
-    )
-    pii_kinds: list[str] = Field(list(PII_KINDS), description="Which kinds of PII to look for")
-    pii_max_density: float = Field(0.05, description="reject mode: PII matches per word")
-
-
-class TokenizeConfig(dg.Config):
-    tokenizer: str = Field(
-        GPT2, description="'gpt2' (offline) or a path to tokenizer.json / an HF tokenizer folder"
-    )
-    engine: Literal["auto", "tiktoken", "hf"] = "auto"
-    threads: int = Field(1, description="Tokenizer threads inside each worker")
-    prompt_template: str | None = Field(
-        None,
-        description="SFT: format template over the record's fields, tokenized before the text "
-        "(the response); its tokens are masked out of the labels",
-    )
-    chat_template: str | None = Field(
-        None,
-        description="Chat SFT (raw_documents' chat_field): 'chatml', 'tokenizer' (the "
-        "tokenizer folder's own template) or a Jinja chat template (as in a "
-        "tokenizer_config.json) rendering the conversation before the answer into the prompt, "
-        "whose tokens are masked out of the labels",
-    )
+TokenizeConfig = config_class(TokenizerSpec, "TokenizeConfig", keys={"name": "tokenizer"})
 
 
 class QualityConfig(dg.Config):
@@ -214,101 +182,36 @@ class FilterConfig(dg.Config):
     decontaminate: DecontaminateConfig = Field(default_factory=DecontaminateConfig)
 
 
-class MixtureSourceConfig(dg.Config):
-    name: str = Field(description="The source's name, in logs, rejects and metadata")
-    files: list[str] = Field(
-        description="Its input files: paths relative to raw_documents' input_dir, folders "
-        "(every file below) or shell patterns over the path ('*' matches '/' too), e.g. "
-        "['code/', '*.py.jsonl']. A file belongs to the first source that names it"
-    )
-    weight: float = Field(description="Its weight (> 0; the weights need not sum to 1)")
+def _mixture_or_none(config: dg.Config) -> MixtureSpec | None:
+    """The mixture of ``config``, or None when it names no source."""
+    if not config.sources:
+        if config.max_copies is not None:
+            raise ValueError("mixture.max_copies is set but mixture.sources is empty")
+        return None
+    return to_spec(config)
 
 
-class MixtureConfig(dg.Config):
-    sources: list[MixtureSourceConfig] = Field(
-        [],
-        description="The sources of the train split (at least two), each with its files and "
-        "weight; every input file must belong to one. Empty: no mixture",
-    )
-    by: Literal["tokens", "documents"] = Field(
-        "tokens", description="Weigh the sources by their documents' tokens, or by documents"
-    )
-    mode: Literal["undersample", "oversample"] = Field(
-        "undersample",
-        description="undersample: no document more than once, the sources over their share "
-        "cut down (rejects 'mixture_undersampled'); oversample: no document left out, the "
-        "sources under their share repeated",
-    )
-    max_copies: int | None = Field(
-        None,
-        description="oversample: at most this many times each document (a source that would "
-        "need more stays below its share). Null: no cap",
-    )
+# No source (the default) is no mixture: see _mixture_or_none.
+MixtureConfig = config_class(MixtureSpec, forms={"sources": Form(default=[])})
 
-
-class BatchesConfig(dg.Config):
-    layout: Literal["packed", "padded", "bucketed"] = Field(
-        "packed",
-        description="packed: EOS-joined fixed blocks, padding-free; padded: one document per "
-        "sequence with attention mask and labels; bucketed: padded within length buckets",
-    )
-    seq_len: int = Field(1024, description="Tokens per sequence (the maximum for padded layouts)")
-    seed: int = Field(0, description="Seed of the shuffle, the split and the batch order")
-    validation_fraction: float = Field(0.05, description="Share of documents in validation")
-    shuffle_buckets: int = Field(
-        1,
-        description="Minimum shuffle buckets (files per split); more when one would hold "
-        "over 8 MB of token ids",
-    )
-    drop_remainder: bool = Field(False, description="packed: drop the last partial block")
-    overflow: Literal["split", "truncate"] = Field(
-        "split", description="packed: long documents continue in the next block, or are cut"
-    )
-    pad_to: Literal["seq_len", "longest"] = Field(
-        "seq_len", description="padded: pad to seq_len or to the longest of each batch"
-    )
-    batch_size: int = Field(8, description="Sequences per batch (pad_to=longest, bucketed)")
-    bucket_boundaries: list[int] | None = Field(
-        None, description="bucketed: upper token bounds of the length buckets (default: derived)"
-    )
-    length_buckets: int = Field(16, description="bucketed: buckets derived from the lengths")
-    balance: Literal["none", "oversample", "undersample"] = Field(
-        "none",
-        description="Labelled data (filtered_documents' label_field): even out the classes of "
-        "the train split. oversample: repeat documents of the smaller classes up to the "
-        "largest; undersample: keep as many of each class as the smallest has (the rest are "
-        "rejects, 'undersampled'). Validation is left as it is",
-    )
-    max_copies: int | None = Field(
-        None,
-        description="oversample: at most this many times each document (itself included; "
-        "times augment_copies + 1 with augment); a class that would need more stays smaller. "
-        "Null: no cap",
-    )
-    augment: Literal["none", "eda"] = Field(
-        "none",
-        description="eda: every copy of a train document (balance: oversample, "
-        "augment_copies) is a variant of it, one seeded word edit (deletion, swap or "
-        "insertion of about augment_rate of its words), not the same tokens again. Plain "
-        "documents only (not SFT or chat rows); validation is never augmented",
-    )
-    augment_copies: int = Field(
-        0,
-        description="augment: eda: this many variants of every train document besides "
-        "itself (after the balance, whose counts they multiply)",
-    )
-    augment_rate: float = Field(
-        0.1, description="augment: eda: share of a copy's words its edit changes (0-0.5]"
-    )
-    mixture: MixtureConfig = Field(
-        default_factory=MixtureConfig,
-        description="The train split made of several sources in given proportions (by tokens "
-        "or documents), its documents kept, left out or repeated; validation is left as it is",
-    )
-    zstd_level: int = Field(3, description="ZSTD level of the batch files (1-22)")
-    megatron: bool = Field(
-        False, description="Also write a Megatron-LM indexed dataset (.bin/.idx) per split"
-    )
+BatchesConfig = config_class(
+    BatchSpec,
+    "BatchesConfig",
+    forms={
+        # An empty mixture (no source) is the spec's None.
+        "mixture": Form(type=MixtureConfig, default_factory=MixtureConfig, to_spec=_mixture_or_none)
+    },
+    extra={
+        "zstd_level": (int, Field(3, description="ZSTD level of the batch files (1-22)")),
+        "megatron": (
+            bool,
+            Field(
+                False,
+                description="Also write a Megatron-LM indexed dataset (.bin/.idx) per split",
+            ),
+        ),
+    },
+)
 
 
 def _check(asset: str) -> list[dg.AssetCheckSpec]:
@@ -379,9 +282,9 @@ def validate_run_config(
 
     with _config_errors(RAW_DOCUMENTS):
         raw_config = RawDocumentsConfig(**op_config(RAW_DOCUMENTS))
-        ingest = ingest_spec(raw_config)
+        ingest = to_spec(raw_config)
     with _config_errors(NORMALIZED_DOCUMENTS):
-        normalize_spec(NormalizeConfig(**op_config(NORMALIZED_DOCUMENTS)))
+        to_spec(NormalizeConfig(**op_config(NORMALIZED_DOCUMENTS)))
     with _config_errors(TOKENIZED_DOCUMENTS):
         tokenizer = tokenizer_spec(TokenizeConfig(**op_config(TOKENIZED_DOCUMENTS)), data_root)
     with _config_errors(FILTERED_DOCUMENTS):
@@ -489,41 +392,13 @@ def _config_errors(op: str) -> Iterator[None]:
         raise stages.StageInputError(f"{op}: {exc}") from exc
 
 
-def ingest_spec(config: RawDocumentsConfig) -> IngestSpec:
-    """How ``raw_documents`` reads its files (the spec checks its CSV delimiter)."""
-    return IngestSpec(
-        text_field=config.text_field,
-        csv_delimiter=config.csv_delimiter,
-        chat_field=config.chat_field,
-        chat_answers=None if config.chat_answers == "last" else config.chat_answers,
-    )
-
-
-def normalize_spec(config: NormalizeConfig) -> NormalizeSpec:
-    """The text rewrite of ``normalized_documents``, PII handling included."""
-    return NormalizeSpec(
-        preset=config.preset,
-        unicode_form=config.unicode_form,
-        strip_html=config.strip_html,
-        pii=PiiSpec(
-            mode=config.pii, kinds=tuple(config.pii_kinds), max_density=config.pii_max_density
-        ),
-    )
-
-
-def tokenizer_spec(config: TokenizeConfig, data_root: Path) -> TokenizerSpec:
+def tokenizer_spec(config: dg.Config, data_root: Path) -> TokenizerSpec:
     """The tokenizer of ``tokenized_documents``. A tokenizer path is an input like any other:
     it must exist (the spec checks, on disk only) and resolve inside the data root. It is then
     built (once per process while its files are unchanged, and the driver needs it for the
     footers anyway), so a file transformers cannot read fails here, named, not at the first
     shard; GPT-2 ships with the package and is not built."""
-    spec = TokenizerSpec(
-        name=config.tokenizer,
-        engine=config.engine,
-        threads=config.threads,
-        prompt_template=config.prompt_template,
-        chat_template=config.chat_template,
-    )
+    spec = to_spec(config)
     if spec.name != GPT2:
         inside(spec.name, data_root, "tokenizer")
         spec.build()
@@ -625,51 +500,11 @@ def _ngram_bounds(bounds: dict[str, float]) -> tuple[tuple[int, float], ...]:
         raise ValueError(f"n-gram bounds are keyed by n (an integer), got {bounds}") from exc
 
 
-def _batch_spec(config: BatchesConfig) -> BatchSpec:
+def _batch_spec(config: dg.Config) -> BatchSpec:
+    """The layout of ``training_batches``; its ``zstd_level`` (the writer's, no spec's) checked."""
     if not 1 <= config.zstd_level <= 22:
         raise ValueError(f"zstd_level must be in [1, 22], got {config.zstd_level}")
-    if config.bucket_boundaries == []:
-        raise ValueError(
-            "bucket_boundaries must hold at least one bound, or be null to derive them"
-        )
-    return BatchSpec(
-        layout=config.layout,
-        seq_len=config.seq_len,
-        seed=config.seed,
-        validation_fraction=config.validation_fraction,
-        shuffle_buckets=config.shuffle_buckets,
-        drop_remainder=config.drop_remainder,
-        overflow=config.overflow,
-        pad_to=config.pad_to,
-        batch_size=config.batch_size,
-        bucket_boundaries=(
-            None if config.bucket_boundaries is None else tuple(config.bucket_boundaries)
-        ),
-        length_buckets=config.length_buckets,
-        balance=config.balance,
-        max_copies=config.max_copies,
-        augment=config.augment,
-        augment_copies=config.augment_copies,
-        augment_rate=config.augment_rate,
-        mixture=_mixture_spec(config.mixture),
-    )
-
-
-def _mixture_spec(config: MixtureConfig) -> MixtureSpec | None:
-    """The mixture of ``config``, or None when it names no source."""
-    if not config.sources:
-        if config.max_copies is not None:
-            raise ValueError("mixture.max_copies is set but mixture.sources is empty")
-        return None
-    return MixtureSpec(
-        sources=tuple(
-            MixtureSource(name=s.name, files=tuple(s.files), weight=s.weight)
-            for s in config.sources
-        ),
-        by=config.by,
-        mode=config.mode,
-        max_copies=config.max_copies,
-    )
+    return to_spec(config)
 
 
 @dg.asset(name=RAW_DOCUMENTS, **_asset_kwargs(RAW_DOCUMENTS))
@@ -682,7 +517,7 @@ def raw_documents(
     """Every input file (JSONL, JSONL.gz/.zst, Parquet, CSV, TXT) as one row per document, with a
     stable ``doc_id`` and its source file and line; unreadable records are rejects with a reason."""
     validate_run_config(context.run.run_config, warehouse.data_root_path, run_steps(context))
-    spec = ingest_spec(config)
+    spec = to_spec(config)
     ctx = _context(context, compute, warehouse)
     report = stages.run_raw_documents(
         ctx, config.input_dir, spec, config.rows_per_shard, data_root=warehouse.data_root_path
@@ -699,7 +534,7 @@ def normalized_documents(
 ) -> dg.MaterializeResult:
     """The documents' text after a named normalization preset."""
     validate_run_config(context.run.run_config, warehouse.data_root_path, run_steps(context))
-    spec = normalize_spec(config)
+    spec = to_spec(config)
     ctx = _context(context, compute, warehouse)
     report = stages.run_normalized_documents(ctx, spec)
     return materialize_result(report, ctx.catalog, RAW_DOCUMENTS, preset=config.preset)

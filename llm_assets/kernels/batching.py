@@ -27,7 +27,7 @@ import itertools
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import NamedTuple
 
 import numpy as np
@@ -96,39 +96,120 @@ class BatchSpec:
         and padded to their longest document, and the batches are put in a seeded random order.
     """
 
-    layout: str = "packed"
-    seq_len: int = 1024
-    seed: int = 0
-    validation_fraction: float = 0.05
-    shuffle_buckets: int = 1
-    drop_remainder: bool = False
-    overflow: str = "split"
-    pad_to: str = "seq_len"
-    batch_size: int = 8
-    bucket_boundaries: tuple[int, ...] | None = None
+    layout: str = field(
+        default="packed",
+        metadata={
+            "choices": LAYOUTS,
+            "doc": "packed: EOS-joined fixed blocks, padding-free; padded: one document per "
+            "sequence with attention mask and labels; bucketed: padded within length buckets",
+        },
+    )
+    seq_len: int = field(
+        default=1024, metadata={"doc": "Tokens per sequence (the maximum for padded layouts)"}
+    )
+    seed: int = field(
+        default=0, metadata={"doc": "Seed of the shuffle, the split and the batch order"}
+    )
+    validation_fraction: float = field(
+        default=0.05, metadata={"doc": "Share of documents in validation"}
+    )
+    shuffle_buckets: int = field(
+        default=1,
+        metadata={
+            "doc": "Minimum shuffle buckets (files per split); more when one would hold "
+            "over 8 MB of token ids"
+        },
+    )
+    drop_remainder: bool = field(
+        default=False, metadata={"doc": "packed: drop the last partial block"}
+    )
+    overflow: str = field(
+        default="split",
+        metadata={
+            "choices": OVERFLOWS,
+            "doc": "packed: long documents continue in the next block, or are cut",
+        },
+    )
+    pad_to: str = field(
+        default="seq_len",
+        metadata={
+            "choices": PAD_TO,
+            "doc": "padded: pad to seq_len or to the longest of each batch",
+        },
+    )
+    batch_size: int = field(
+        default=8, metadata={"doc": "Sequences per batch (pad_to=longest, bucketed)"}
+    )
+    bucket_boundaries: tuple[int, ...] | None = field(
+        default=None,
+        metadata={"doc": "bucketed: upper token bounds of the length buckets (default: derived)"},
+    )
     """Upper bounds (tokens) of the length buckets for ``bucketed``; ``seq_len`` closes the last."""
-    length_buckets: int = 16
+    length_buckets: int = field(
+        default=16, metadata={"doc": "bucketed: buckets derived from the lengths"}
+    )
     """How many length buckets to derive from the length distribution (evenly spaced quantiles)
     when ``bucket_boundaries`` is not given."""
-    balance: str = "none"
+    balance: str = field(
+        default="none",
+        metadata={
+            "choices": BALANCES,
+            "doc": "Labelled data (filtered_documents' label_field): even out the classes of "
+            "the train split. oversample: repeat documents of the smaller classes up to the "
+            "largest; undersample: keep as many of each class as the smallest has (the rest are "
+            "rejects, 'undersampled'). Validation is left as it is",
+        },
+    )
     """Labelled documents only: even out the classes of the train split (:func:`balance_quotas`).
     ``oversample`` repeats documents of the smaller classes up to the largest class;
     ``undersample`` keeps of every class as many documents as the smallest class has. The
     validation split is left as it is, so it measures the data as it comes."""
-    max_copies: int | None = None
+    max_copies: int | None = field(
+        default=None,
+        metadata={
+            "doc": "oversample: at most this many times each document (itself included; "
+            "times augment_copies + 1 with augment); a class that would need more stays "
+            "smaller. Null: no cap"
+        },
+    )
     """``oversample``: at most this many times each document (itself included; ``augment_copies``
     multiplies it); a class that would need more stays smaller. None: as many as the largest
     class needs."""
-    augment: str = "none"
+    augment: str = field(
+        default="none",
+        metadata={
+            "choices": AUGMENTS,
+            "doc": "eda: every copy of a train document (balance: oversample, "
+            "augment_copies) is a variant of it, one seeded word edit (deletion, swap or "
+            "insertion of about augment_rate of its words), not the same tokens again. Plain "
+            "documents only (not SFT or chat rows); validation is never augmented",
+        },
+    )
     """``eda``: every copy of a train document the batches make (``balance: oversample``,
     ``augment_copies``) is a variant of it, a seeded word edit (:mod:`llm_assets.kernels.augment`),
     rather than the same tokens again. The document itself is never changed."""
-    augment_copies: int = 0
+    augment_copies: int = field(
+        default=0,
+        metadata={
+            "doc": "augment: eda: this many variants of every train document besides "
+            "itself (after the balance, whose counts they multiply)"
+        },
+    )
     """``augment: eda``: this many more variants of every train document (after the balance,
     whose counts it multiplies by ``augment_copies + 1``: the classes stay as even)."""
-    augment_rate: float = 0.1
+    augment_rate: float = field(
+        default=0.1,
+        metadata={"doc": "augment: eda: share of a copy's words its edit changes (0-0.5]"},
+    )
     """``augment: eda``: the share of a copy's words one edit changes (EDA's alpha)."""
-    mixture: MixtureSpec | None = None
+    mixture: MixtureSpec | None = field(
+        default=None,
+        metadata={
+            "doc": "The train split made of several sources in given proportions (by tokens "
+            "or documents), its documents kept, left out or repeated; validation is left as it "
+            "is"
+        },
+    )
     """The sources of the train split and their weights (:mod:`llm_assets.kernels.mixture`): each
     source's documents kept, left out or repeated until the sources stand in those proportions.
     None: every document once. Not with ``balance`` (both choose each document's copies)."""
@@ -151,6 +232,10 @@ class BatchSpec:
         if not _is_int(self.length_buckets) or not 1 <= self.length_buckets <= 256:
             raise ValueError(
                 f"length_buckets must be an int in [1, 256], got {self.length_buckets}"
+            )
+        if self.bucket_boundaries == ():
+            raise ValueError(
+                "bucket_boundaries must hold at least one bound, or be null to derive them"
             )
         if self.bucket_boundaries is not None:
             check_boundaries(self.bucket_boundaries, self.seq_len)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import codecs
 import csv
+import dataclasses
 import io
 import os
 import struct
@@ -168,7 +169,9 @@ Ordinary corpora, with documents of a few KiB, reach 8,192 records first and bat
 class IngestSpec:
     """How to read input files. Small, frozen and picklable: it is shipped to worker processes."""
 
-    text_field: str = "text"
+    text_field: str = dataclasses.field(
+        default="text", metadata={"doc": "Field or column that holds the text"}
+    )
     """Name of the JSON field / CSV or Parquet column that holds the document text."""
     batch_rows: int = 8192
     """Records (kept + rejected) per yielded StageResult, at most (a conversation read with
@@ -178,14 +181,32 @@ class IngestSpec:
     (JSONL: line bytes, CSV: field characters, TXT: paragraph bytes; Parquet: the rows per batch
     that the file's row group sizes give). Depends on the input only: output is deterministic."""
     csv_delimiter: str = ","
-    chat_field: str | None = None
+    chat_field: str | None = dataclasses.field(
+        default=None,
+        metadata={
+            "doc": "Chat SFT: the field or column holding a conversation (a list of {role, "
+            "content} messages, or ShareGPT's {from, value}; tool calls and results read too) "
+            "instead of text_field: an assistant's message is the text (learned, see "
+            "chat_answers); the messages before it are the prompt, rendered by "
+            "tokenized_documents' chat_template"
+        },
+    )
     """Chat rows: the field (column) holding a conversation, a list of ``{"role", "content"}``
     messages (or ShareGPT's ``{"from", "value"}``, roles ``human``/``gpt``; a JSON string of
     such a list, as in a CSV cell, is read too). Replaces ``text_field``: the last message,
     which must be the assistant's, is the text (the response, learned), and the messages before
     it go to the metadata as ``messages`` (:data:`~llm_assets.kernels.schema.CHAT_MESSAGES`), which
     ``tokenized_documents``' ``chat_template`` renders into the prompt (see :func:`chat_turns`)."""
-    chat_answers: str | None = None
+    chat_answers: str | None = dataclasses.field(
+        default=None,
+        metadata={
+            "doc": "With chat_field: 'last' learns each conversation's last message (one row per "
+            "conversation); 'every' gives one row per assistant message (not empty, not of "
+            "weight 0), each with the whole conversation before it as its prompt; 'all' gives "
+            "one row per conversation that learns those messages where they stand (the loss "
+            "masks the other turns)"
+        },
+    )
     """Which answers of a conversation are learned: None (``last``), the last message, one row
     per conversation; ``every``: one row per assistant message, each with the conversation
     before it (:func:`chat_answers`); ``all``: one row per conversation, up to its last answer,

@@ -33,7 +33,8 @@ from __future__ import annotations
 import fnmatch
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Literal
 
 MIXTURE_MODES = ("oversample", "undersample")
 MIXTURE_BASES = ("tokens", "documents")
@@ -48,9 +49,15 @@ class MixtureSource:
     """One source of a mixture: the input files it holds, by their path relative to the input
     folder (:func:`file_matches`), and its weight (relative: the weights need not sum to 1)."""
 
-    name: str
-    files: tuple[str, ...]
-    weight: float
+    name: str = field(metadata={"doc": "The source's name, in logs, rejects and metadata"})
+    files: tuple[str, ...] = field(
+        metadata={
+            "doc": "Its input files: paths relative to raw_documents' input_dir, folders "
+            "(every file below) or shell patterns over the path ('*' matches '/' too), e.g. "
+            "['code/', '*.py.jsonl']. A file belongs to the first source that names it"
+        }
+    )
+    weight: float = field(metadata={"doc": "Its weight (> 0; the weights need not sum to 1)"})
 
 
 @dataclass(frozen=True)
@@ -59,10 +66,31 @@ class MixtureSpec:
     A document belongs to the first source, in the order given, whose ``files`` hold its input
     file; every input file must belong to one."""
 
-    sources: tuple[MixtureSource, ...]
-    by: str = "tokens"
-    mode: str = "undersample"
-    max_copies: int | None = None
+    sources: tuple[MixtureSource, ...] = field(
+        metadata={
+            "doc": "The sources of the train split (at least two), each with its files and "
+            "weight; every input file must belong to one. Empty: no mixture"
+        }
+    )
+    by: Literal["tokens", "documents"] = field(
+        default="tokens",
+        metadata={"doc": "Weigh the sources by their documents' tokens, or by documents"},
+    )
+    mode: Literal["undersample", "oversample"] = field(
+        default="undersample",
+        metadata={
+            "doc": "undersample: no document more than once, the sources over their share "
+            "cut down (rejects 'mixture_undersampled'); oversample: no document left out, the "
+            "sources under their share repeated"
+        },
+    )
+    max_copies: int | None = field(
+        default=None,
+        metadata={
+            "doc": "oversample: at most this many times each document (a source that would "
+            "need more stays below its share). Null: no cap"
+        },
+    )
 
     def __post_init__(self) -> None:
         if len(self.sources) < 2:

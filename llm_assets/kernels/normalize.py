@@ -288,7 +288,10 @@ def _ascii_lower(texts: pa.Array | pa.ChunkedArray) -> pa.Array:
 class NormalizeSpec:
     """How ``normalized_documents`` rewrites text."""
 
-    preset: Literal["default", "ascii_lower", "none"] = "default"
+    preset: Literal["default", "ascii_lower", "none"] = field(
+        default="default",
+        metadata={"doc": "default keeps meaning; ascii_lower is the published study's rule"},
+    )
     unicode_form: Literal["NFC", "NFKC"] = "NFC"
     strip_html: bool = False
     """Remove HTML tags and unescape entities before PII and the preset (``default`` and

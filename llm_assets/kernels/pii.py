@@ -59,7 +59,7 @@ import ipaddress
 import json
 import re
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
@@ -148,9 +148,18 @@ class PiiSpec:
     kept document leaks PII; ``redact`` keeps every document; ``off`` does nothing.
     """
 
-    mode: Literal["redact", "reject", "off"] = "redact"
-    kinds: tuple[str, ...] = PII_KINDS
-    max_density: float = 0.05
+    mode: Literal["redact", "reject", "off"] = field(
+        default="redact",
+        metadata={
+            "doc": "redact: replace emails, phones, IPs, cards, IBANs, SSNs with <EMAIL>-style "
+            "placeholders (counts in pii_redactions); reject: drop documents denser than "
+            "pii_max_density (the rest are redacted); off"
+        },
+    )
+    kinds: tuple[str, ...] = field(
+        default=PII_KINDS, metadata={"doc": "Which kinds of PII to look for"}
+    )
+    max_density: float = field(default=0.05, metadata={"doc": "reject mode: PII matches per word"})
 
     def __post_init__(self) -> None:
         # Messages name the settings as normalized_documents' config spells them (pii,

@@ -247,17 +247,36 @@ class Tokenizer:
 class TokenizerSpec:
     """Which tokenizer ``tokenized_documents`` uses; small and picklable, built in each worker."""
 
-    name: str = GPT2
+    name: str = dataclasses.field(
+        default=GPT2,
+        metadata={"doc": "'gpt2' (offline) or a path to tokenizer.json / an HF tokenizer folder"},
+    )
     """``gpt2`` or a path to a ``tokenizer.json`` file or a Hugging Face tokenizer folder."""
     engine: Literal["auto", "tiktoken", "hf"] = "auto"
-    threads: int = 1
+    threads: int = dataclasses.field(
+        default=1, metadata={"doc": "Tokenizer threads inside each worker"}
+    )
     """Threads of the tiktoken engine inside one worker (the backends parallelize across shards)."""
-    prompt_template: str | None = None
+    prompt_template: str | None = dataclasses.field(
+        default=None,
+        metadata={
+            "doc": "SFT: format template over the record's fields, tokenized before the text "
+            "(the response); its tokens are masked out of the labels"
+        },
+    )
     """SFT: a ``str.format`` template over the record's other fields (``metadata``), e.g.
     ``"### Instruction:\n{instruction}\n\n### Response:\n"``. The rendered prompt is tokenized
     before the document's text (the response), and ``prompt_tokens`` says how many leading ids
     are the prompt so the batches can mask them out of the loss."""
-    chat_template: str | None = None
+    chat_template: str | None = dataclasses.field(
+        default=None,
+        metadata={
+            "doc": "Chat SFT (raw_documents' chat_field): 'chatml', 'tokenizer' (the "
+            "tokenizer folder's own template) or a Jinja chat template (as in a "
+            "tokenizer_config.json) rendering the conversation before the answer into the "
+            "prompt, whose tokens are masked out of the labels"
+        },
+    )
     """SFT from conversations (metadata key ``messages``, the turns before the response): a
     Hugging Face style Jinja chat template rendered over them with ``add_generation_prompt``, as
     ``apply_chat_template`` does. ``chatml`` (built in: :data:`CHATML_TEMPLATE`), ``tokenizer``

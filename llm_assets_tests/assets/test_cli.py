@@ -166,12 +166,13 @@ def test_the_study_config_is_the_benchmarks_workload(tmp_path):
     only the preset and min_tokens, so PII redaction, the Gopher rules, the language filter and
     both dedups stayed on and dropped a third of the documents the study keeps)."""
     from llm_assets.assets import pipeline
+    from llm_assets.assets.config import to_spec
     from llm_assets.bench.runner import Workload
     from llm_assets.kernels.filters import FilterSpec
 
     ops = yaml.safe_load((REPO / "configs" / "study.yaml").read_text())["ops"]
     workload = Workload()
     normalize = pipeline.NormalizeConfig(**ops["normalized_documents"]["config"])
-    assert pipeline.normalize_spec(normalize) == workload.normalize
+    assert to_spec(normalize) == workload.normalize
     filters = pipeline.FilterConfig(**ops["filtered_documents"]["config"])
     assert pipeline.filter_spec(filters, tmp_path) == FilterSpec(length=workload.filter)
