@@ -29,8 +29,8 @@ from llm_assets.bench.report import machine_info
 from llm_assets.bench.runner import Workload
 from llm_assets.constants import TRAINING_BATCHES
 from llm_assets.datagen import generate_records, write_corpus
-from llm_assets.kernels.batching import BatchSpec
-from llm_assets.kernels.mixture import MixtureSource, MixtureSpec
+from llm_assets.kernels.batching.spec import BatchSpec
+from llm_assets.kernels.mixing.mixture import MixtureSource, MixtureSpec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from quality_overhead import measure

@@ -140,7 +140,7 @@ def test_headings_are_short_lines_in_wikitext_form(records):
 
 
 def test_headings_mostly_have_fewer_than_ten_gpt2_tokens(records):
-    from llm_assets.kernels.tokenization import TokenizerSpec
+    from llm_assets.kernels.tokenize.spec import TokenizerSpec
 
     tokenizer = TokenizerSpec().build()
     sample = records[:3000]
@@ -347,7 +347,7 @@ def test_chats_written_in_every_format_that_holds_them(tmp_path, suffix):
         assert all(isinstance(r["messages"], str) for r in rows)
         rows = [{**r, "messages": json.loads(r["messages"])} for r in rows]
     assert rows == expected
-    from llm_assets.kernels.ingest import IngestSpec, read_documents
+    from llm_assets.kernels.ingest.read import IngestSpec, read_documents
 
     results = list(read_documents(str(path), path.name, IngestSpec(chat_field="messages")))
     assert sum(r.kept.num_rows for r in results) == 60
@@ -444,7 +444,7 @@ def test_sample_planted_lines_are_where_the_readme_says():
 
 
 def test_ingest_rejects_exactly_the_planted_lines():
-    from llm_assets.kernels.ingest import IngestSpec, read_documents
+    from llm_assets.kernels.ingest.read import IngestSpec, read_documents
     from llm_assets.kernels.normalize import NormalizeSpec, normalize_table
 
     kept, rejected, values, texts = 0, {}, {}, []
@@ -495,7 +495,7 @@ def test_chat_planted_lines_are_where_the_constant_and_readme_say():
 
 
 def test_ingest_rejects_exactly_the_planted_chat_lines():
-    from llm_assets.kernels.ingest import IngestSpec, read_documents
+    from llm_assets.kernels.ingest.read import IngestSpec, read_documents
 
     kept, rejected = 0, {}
     for result in read_documents(str(CHATS), CHATS.name, IngestSpec(chat_field="messages")):
