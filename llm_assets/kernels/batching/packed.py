@@ -59,16 +59,9 @@ def pack_sequences(
     _check_seq_len(seq_len)
     dtype = _token_dtype(token_type, eos_id=eos_id, pad_id=pad_id)
     position_type = pa.uint16() if seq_len <= 0xFFFF else pa.uint32()
-    fields_ = [
-        pa.field(INPUT_IDS, pa.list_(token_type), nullable=False),
-        pa.field(ATTENTION_MASK, pa.list_(pa.uint8()), nullable=False),
-        pa.field(POSITION_IDS, pa.list_(position_type), nullable=False),
-    ]
-    if prompt_tokens is not None:
-        fields_.append(pa.field(LABELS, pa.list_(pa.int32()), nullable=False))
-    if doc_ids is not None:
-        fields_.append(pa.field(DOC_IDS, pa.list_(pa.string()), nullable=False))
-    schema = pa.schema(fields_)
+    schema = _packed_schema(
+        token_type, position_type, labels=prompt_tokens is not None, doc_ids=doc_ids is not None
+    )
     n_docs = len(token_lists)
     if doc_ids is not None and len(doc_ids) != n_docs:
         raise ValueError(f"{len(doc_ids)} doc_ids for {n_docs} documents")
@@ -105,17 +98,7 @@ def pack_sequences(
     attention = np.ones(size, dtype=np.uint8)
     attention[total:] = 0
 
-    # Positions: column index in the block minus the column of the last segment start at or before
-    # it. Mark each segment start with its column, then a running max per block row finds it.
-    np_position = position_type.to_pandas_dtype()
-    positions = np.zeros(size, dtype=np_position)
-    segment_starts = doc_starts[doc_starts < size]
-    if padding:
-        segment_starts = np.append(segment_starts, total)
-    positions[segment_starts] = segment_starts % seq_len
-    grid = positions.reshape(n_seq, seq_len)
-    np.maximum.accumulate(grid, axis=1, out=grid)
-    np.subtract(np.arange(seq_len, dtype=np_position), grid, out=grid)
+    positions = _block_positions(doc_starts, total, padding, n_seq, seq_len, position_type)
 
     columns = [
         _list_column(input_ids, seq_len, token_type),
@@ -123,19 +106,9 @@ def pack_sequences(
         _list_column(positions, seq_len, position_type),
     ]
     if prompt_tokens is not None:
-        labels = input_ids.astype(np.int32)
-        labels[total:] = IGNORE_INDEX
-        prompt = np.minimum(np.asarray(prompt_tokens, dtype=np.int64), lengths)
-        masked = _ranges(doc_starts, prompt)
-        labels[masked[masked < size]] = IGNORE_INDEX
-        if learned_spans is not None:
-            learned = _span_positions(learned_spans, doc_starts, lengths)
-            learned = learned[learned < size]
-            labels[learned] = input_ids[learned]
-        # A cut document did not end where its EOS follows the cut: the EOS separates it from
-        # the next but is not learned (it would teach to stop mid-answer, or mid-question).
-        ends = (doc_starts + lengths)[was_cut]
-        labels[ends[ends < size]] = IGNORE_INDEX
+        labels = _packed_labels(
+            input_ids, total, prompt_tokens, doc_starts, lengths, was_cut, learned_spans
+        )
         columns.append(_list_column(labels, seq_len, pa.int32()))
     if doc_ids is not None:
         columns.append(_block_documents(doc_ids, doc_starts, lengths + 1, n_seq, seq_len))
@@ -149,6 +122,77 @@ def pack_sequences(
         dropped_tokens=dropped,
     )
     return table, stats
+
+
+def _packed_schema(
+    token_type: pa.DataType, position_type: pa.DataType, *, labels: bool, doc_ids: bool
+) -> pa.Schema:
+    """The columns of the ``packed`` layout: ``labels`` for SFT rows, :data:`DOC_IDS` when the
+    documents' ids are given."""
+    fields_ = [
+        pa.field(INPUT_IDS, pa.list_(token_type), nullable=False),
+        pa.field(ATTENTION_MASK, pa.list_(pa.uint8()), nullable=False),
+        pa.field(POSITION_IDS, pa.list_(position_type), nullable=False),
+    ]
+    if labels:
+        fields_.append(pa.field(LABELS, pa.list_(pa.int32()), nullable=False))
+    if doc_ids:
+        fields_.append(pa.field(DOC_IDS, pa.list_(pa.string()), nullable=False))
+    return pa.schema(fields_)
+
+
+def _block_positions(
+    doc_starts: np.ndarray,
+    total: int,
+    padding: int,
+    n_seq: int,
+    seq_len: int,
+    position_type: pa.DataType,
+) -> np.ndarray:
+    """The flat ``position_ids`` of ``n_seq`` blocks: 0 at every document start, block start and
+    padding start, counting up from there."""
+    size = n_seq * seq_len
+    # Positions: column index in the block minus the column of the last segment start at or before
+    # it. Mark each segment start with its column, then a running max per block row finds it.
+    np_position = position_type.to_pandas_dtype()
+    positions = np.zeros(size, dtype=np_position)
+    segment_starts = doc_starts[doc_starts < size]
+    if padding:
+        segment_starts = np.append(segment_starts, total)
+    positions[segment_starts] = segment_starts % seq_len
+    grid = positions.reshape(n_seq, seq_len)
+    np.maximum.accumulate(grid, axis=1, out=grid)
+    np.subtract(np.arange(seq_len, dtype=np_position), grid, out=grid)
+    return positions
+
+
+def _packed_labels(
+    input_ids: np.ndarray,
+    total: int,
+    prompt_tokens: Sequence[int] | np.ndarray,
+    doc_starts: np.ndarray,
+    lengths: np.ndarray,
+    was_cut: np.ndarray,
+    learned_spans: pa.Array | pa.ChunkedArray | None,
+) -> np.ndarray:
+    """The flat ``labels`` of the packed blocks (``input_ids``, whose first ``total`` values are
+    the documents and their EOS): the ids, with -100 on each document's prompt (but for its
+    learned spans), on padding and on the EOS after a cut document."""
+    size = len(input_ids)
+    labels = input_ids.astype(np.int32)
+    labels[total:] = IGNORE_INDEX
+    prompt = np.minimum(np.asarray(prompt_tokens, dtype=np.int64), lengths)
+    masked = _ranges(doc_starts, prompt)
+    labels[masked[masked < size]] = IGNORE_INDEX
+    if learned_spans is not None:
+        learned = _span_positions(learned_spans, doc_starts, lengths)
+        learned = learned[learned < size]
+        labels[learned] = input_ids[learned]
+    # A cut document did not end where its EOS follows the cut: the EOS separates it from
+    # the next but is not learned (it would teach to stop mid-answer, or mid-question).
+    ends = (doc_starts + lengths)[was_cut]
+    labels[ends[ends < size]] = IGNORE_INDEX
+    return labels
 
 
 def _block_documents(
