@@ -55,7 +55,7 @@ def bucket_layout(
     to its longest row; the batches are ordered by a seeded hash of (``salt``, bucket, batch
     number), so a trainer reading in order sees lengths mixed across batches but uniform inside
     one. Each file's ``salt`` (its split and shuffle bucket) gives it its own order of lengths:
-    without it every file repeated the first one's sequence of length buckets.
+    without it every file would repeat the first one's sequence of length buckets.
     Returns ``(order, targets, bucket_of_row, batch_of_row)``, the last three in output order;
     ``batch_of_row`` numbers the batches from 0 in output order (consecutive rows with one number
     are one batch, padded to one length), so a reader can take them back whole.

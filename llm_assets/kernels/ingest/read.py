@@ -23,7 +23,7 @@ and at 0.3 GB with this limit). A batch's bytes are held a few times at its flus
 strings, the Arrow table, the Parquet writer's pages), so 32 MiB keeps that near 100-150 MB, while
 a batch stays large enough that its fixed costs (building the tables, a Parquet row group) do not
 matter.
-Ordinary corpora, with documents of a few KiB, reach 8,192 records first and batch as before."""
+Ordinary corpora, with documents of a few KiB, reach 8,192 records first."""
 
 
 @dataclass(frozen=True)

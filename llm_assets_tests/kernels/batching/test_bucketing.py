@@ -39,9 +39,9 @@ def test_bucketed_layout_is_a_permutation_with_uniform_batches(lengths, batch_si
 
 
 def test_bucketed_batch_order_differs_from_file_to_file():
-    """Each shuffle-bucket file orders its length buckets its own way (before: the order tags
-    depended on the bucket and batch number only, so with similar files every file repeated one
-    sequence of lengths, e.g. always long batches first); the same salt gives the same order."""
+    """Each shuffle-bucket file orders its length buckets its own way (order tags of the bucket
+    and batch number only would give similar files one sequence of lengths, e.g. always long
+    batches first); the same salt gives the same order."""
     rng = np.random.default_rng(1)
     lengths = rng.integers(1, 256, 400)
 

@@ -12,10 +12,10 @@ from llm_assets_tests.kernels.ingest.test_read import read, reasons
 
 
 def test_csv_quote_never_closed_is_a_reject_and_nothing_is_swallowed(tmp_path):
-    """A quote never closed is a ``corrupt_file`` at the record it opens (before: the rest of
-    the file became that record's text, its records silently gone). Text after a closing quote
-    (``"ok" x``, ``"alpha" ``, written by some exporters) is read into the field, as before and
-    as spreadsheet programs do; a quoted field spanning lines at the end of the file is whole."""
+    """A quote never closed is a ``corrupt_file`` at the record it opens (the rest of the file
+    is not silently taken as that record's text). Text after a closing quote (``"ok" x``,
+    ``"alpha" ``, written by some exporters) is read into the field, as spreadsheet programs do;
+    a quoted field spanning lines at the end of the file is whole."""
     (tmp_path / "open.csv").write_text('id,text\n1,"ok"\n2,"never closed\n3,after\n4,more\n')
     kept, rejects = read(tmp_path / "open.csv")
     assert kept["text"].to_pylist() == ["ok"]
@@ -37,9 +37,9 @@ def test_csv_repeated_column_names_keep_every_value(tmp_path):
 
 
 def test_csv_header_quote_never_closed_is_a_corrupt_file_reject(tmp_path):
-    """A header whose quote is never closed swallowed the whole file as one column name, and
-    the file became a single ``empty_file`` "no records" reject; it is now a ``corrupt_file``
-    reject at the header (line 0) saying so, as a body record's unclosed quote is."""
+    """A header whose quote is never closed would swallow the whole file as one column name: it
+    is a ``corrupt_file`` reject at the header (line 0) saying so, as a body record's unclosed
+    quote is, not an ``empty_file`` "no records" reject."""
     (tmp_path / "h.csv").write_text('text,"id\n1,a\n2,b\n3,c\n')
     kept, rejects = read(tmp_path / "h.csv")
     assert kept.num_rows == 0 and reasons(rejects) == [(0, CORRUPT_FILE)]

@@ -78,8 +78,8 @@ def test_each_bad_jsonl_line_is_a_reject_with_reason_and_line(tmp_path):
 
 
 def test_a_record_nested_deeper_than_orjson_writes_is_a_reject_not_a_crash(tmp_path):
-    """orjson reads 300 nested lists but cannot write them back as metadata: before, the
-    encoder's error crashed the whole shard (and every retry of it)."""
+    """orjson reads 300 nested lists but cannot write them back as metadata: the record is a
+    reject, and the encoder's error does not crash the shard (and every retry of it)."""
     path = tmp_path / "deep.jsonl"
     path.write_text('{"text": "deep", "m": ' + "[" * 300 + "]" * 300 + '}\n{"text": "next"}\n')
     kept, rejects = read(path)
@@ -90,8 +90,8 @@ def test_a_record_nested_deeper_than_orjson_writes_is_a_reject_not_a_crash(tmp_p
 
 def test_a_blank_jsonl_file_read_in_ranges_is_one_empty_file_reject(tmp_path):
     """Only blank lines, split into several byte ranges: the first range reports the file as
-    ``empty_file`` (before: no range did, and the file appeared nowhere); a file whose records
-    all lie after a blank first range gives no such reject."""
+    ``empty_file`` (so the file appears in the rejects); a file whose records all lie after a
+    blank first range gives no such reject."""
     path = tmp_path / "blank.jsonl"
     for data, expected in (
         (b"\n  \n\n\r\n\n\n\n", [(0, EMPTY_FILE)]),
@@ -176,10 +176,9 @@ def test_fuzz_jsonl_lines_are_kept_or_rejected(tmp_path, lines):
 
 @pytest.mark.parametrize("suffix", [".json", ".json.gz", ".json.zst"])
 def test_json_files_are_json_lines_and_an_array_is_one_reject_saying_so(tmp_path, suffix):
-    """``.json`` files are read as JSON Lines (what ``Dataset.to_json`` writes by default; before,
-    every ``.json`` file failed the run as an unsupported type). A file holding one JSON array
-    is one ``corrupt_file`` reject saying how to convert it; a damaged one gives the same rejects
-    as the same bytes named ``.jsonl``."""
+    """``.json`` files are read as JSON Lines (what ``Dataset.to_json`` writes by default). A
+    file holding one JSON array is one ``corrupt_file`` reject saying how to convert it; a
+    damaged one gives the same rejects as the same bytes named ``.jsonl``."""
     compress = {
         ".json": lambda b: b,
         ".json.gz": gzip.compress,

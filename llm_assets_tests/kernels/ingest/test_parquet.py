@@ -37,8 +37,8 @@ def _strings_with_bad_utf8() -> pa.Array:
 @pytest.mark.parametrize("column", ["text", "title"])
 def test_parquet_invalid_utf8_in_any_column_rejects_only_that_row(tmp_path, column):
     """Invalid UTF-8 in the text or in a metadata column: that row is an ``invalid_utf8`` reject
-    naming the column, with a readable sample; the other rows are kept (before: the stage
-    crashed with a UnicodeDecodeError and the shard, recorded already, failed every re-run)."""
+    naming the column, with a readable sample; the other rows are kept (a UnicodeDecodeError
+    would fail the shard, recorded already, at every re-run)."""
     table = pa.table({"text": ["a", "b", "c"], "title": ["x", "y", "z"]})
     table = table.set_column(table.schema.get_field_index(column), column, _strings_with_bad_utf8())
     pq.write_table(table, tmp_path / "bad.parquet")
@@ -53,8 +53,8 @@ def test_parquet_invalid_utf8_in_any_column_rejects_only_that_row(tmp_path, colu
 
 def test_parquet_damaged_midway_keeps_every_readable_row_group(tmp_path):
     """A damaged data page in row group 7 of 10: its 100 rows are one ``corrupt_file`` reject
-    naming them, and the 900 rows before and after it are kept (before: every row was lost to
-    one reject at line 0)."""
+    naming them, and the 900 rows before and after it are kept (not every row lost to one
+    reject at line 0)."""
     path = tmp_path / "damaged.parquet"
     texts = [f"document number {i}" for i in range(1000)]
     pq.write_table(pa.table({"text": texts}), path, row_group_size=100, compression="zstd")
@@ -93,9 +93,9 @@ def test_parquet_row_group_ranges_read_their_rows_once_with_file_row_numbers(tmp
 
 
 def test_parquet_string_view_text_and_repeated_column_names(tmp_path):
-    """A ``string_view`` text column is read like any string (before: a ``corrupt_file``
-    reject, Arrow's take having no kernel for it); the first column named ``text`` is the text
-    and a repeated name goes to metadata as ``name#2`` (before: a KeyError failed the shard)."""
+    """A ``string_view`` text column is read like any string (Arrow's take has no kernel for
+    it); the first column named ``text`` is the text and a repeated name goes to metadata as
+    ``name#2`` (no KeyError failing the shard)."""
     pq.write_table(
         pa.table({"text": pa.array(["x", "y"], pa.string_view())}), tmp_path / "v.parquet"
     )

@@ -142,8 +142,8 @@ def test_fuzz_random_bytes_in_any_format_never_raise(tmp_path, data, suffix):
 
 @pytest.mark.parametrize("suffix", [".csv", ".parquet"])
 def test_a_suffixed_key_never_takes_another_columns_name(tmp_path, suffix):
-    """Columns ``m,m,m#2``: the second ``m`` got the key ``m#2``, which the third column's name
-    then overwrote, silently losing a value. The second ``m`` now gets the next free suffix."""
+    """Columns ``m,m,m#2``: the second ``m`` gets the next free suffix, not ``m#2``, which the
+    third column's name would overwrite, silently losing a value."""
     path = tmp_path / f"c{suffix}"
     if suffix == ".csv":
         path.write_text("text,m,m,m#2\nT,1,2,3\n")
@@ -156,9 +156,9 @@ def test_a_suffixed_key_never_takes_another_columns_name(tmp_path, suffix):
 
 @pytest.mark.parametrize("suffix", [".jsonl", ".csv", ".txt", ".parquet"])
 def test_batches_are_bounded_by_input_bytes_as_well_as_rows(tmp_path, suffix):
-    """Batches were 8,192 records however large: 2,200 one-MB documents peaked at 5.6 GB in a
-    worker. A batch is now also flushed once it holds ``batch_bytes`` of input, so memory
-    follows the bytes, not rows x document size; the rows and their order are unchanged."""
+    """Batches of 8,192 records however large made 2,200 one-MB documents peak at 5.6 GB in a
+    worker: a batch is also flushed once it holds ``batch_bytes`` of input, so memory follows
+    the bytes, not rows x document size; the rows and their order are the same."""
     docs = [f"{i:02d}" + "x" * 1000 for i in range(20)]
     path = tmp_path / f"big{suffix}"
     if suffix == ".jsonl":
@@ -179,8 +179,8 @@ def test_batches_are_bounded_by_input_bytes_as_well_as_rows(tmp_path, suffix):
 
 def test_a_missing_text_field_names_the_fields_the_record_has(tmp_path):
     """A ``text_field`` that matches no field is rejected with the fields each record (CSV and
-    Parquet: file) does have, so the reject says what to set (before: the value ``absent``,
-    naming neither the field looked for nor the fields there were)."""
+    Parquet: file) does have, so the reject says what to set, naming the field looked for and
+    the fields there are."""
     (tmp_path / "a.jsonl").write_text(
         '{"document": {"text": "nested"}, "id": 1}\n{"text": "ok"}\n{}\n'
         + json.dumps({f"f{i}": i for i in range(20)})

@@ -152,7 +152,7 @@ def test_an_answer_the_template_writes_as_nothing_is_not_learned(qwen3_folder: P
     """An earlier answer that is only reasoning is written as nothing but its turn's end by
     Qwen3 (which drops an earlier answer's reasoning): nothing of it is learned (its turn's end
     alone would teach an empty reply), the row is kept. An answer holding the private-use
-    character used to find answers is found with another."""
+    character that marks answers is found with another."""
     history = [
         {"role": "user", "content": "Think first."},
         {"role": "assistant", "content": "<think>\nhmm\n</think>", "weight": 1},

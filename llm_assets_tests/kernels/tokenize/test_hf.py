@@ -65,10 +65,10 @@ def _word_tokenizer(folder: Path, vocab: dict[str, int], **special: str) -> Path
 
 
 def test_a_model_folders_fingerprint_hashes_only_the_tokenizer_files(tmp_path: Path):
-    """Before, the fingerprint read every file of the folder whole (read_bytes): a model folder
-    with 3 GB of weights took 23 s and 3.4 GB of memory, in the driver and every worker, and
-    new weights changed the tokenizer's fingerprint (so every shard was tokenized again). Now
-    only the files transformers builds the tokenizer from are hashed, in chunks."""
+    """Only the files transformers builds the tokenizer from are hashed, in chunks: reading every
+    file of a model folder whole (3 GB of weights) took 23 s and 3.4 GB of memory, in the driver
+    and every worker, and new weights changed the tokenizer's fingerprint (so every shard was
+    tokenized again)."""
     import resource
 
     from llm_assets.kernels.tokenize.hf import _hf_local
@@ -96,9 +96,9 @@ def test_a_model_folders_fingerprint_hashes_only_the_tokenizer_files(tmp_path: P
 
 
 def test_a_file_that_is_not_a_tokenizer_is_a_clear_error_naming_it(tmp_path: Path):
-    """Before, building raised tokenizers' bare ``Exception: expected `,` or `}` at line 1
-    column 5`` (or transformers' sentencepiece message for a folder with only a
-    tokenizer_config.json), naming neither the file nor the setting."""
+    """Building a file that is not a tokenizer names the file and the setting, rather than
+    tokenizers' bare ``Exception: expected `,` or `}` at line 1 column 5`` (or transformers'
+    sentencepiece message for a folder with only a tokenizer_config.json)."""
     not_json = tmp_path / "tokenizer.json"
     not_json.write_text('{"a":1}')
     with pytest.raises(TokenizerError) as info:
@@ -115,9 +115,10 @@ def test_a_file_that_is_not_a_tokenizer_is_a_clear_error_naming_it(tmp_path: Pat
 
 
 def test_ids_dtype_follows_the_highest_id_not_the_number_of_tokens(tmp_path: Path):
-    """Before, the dtype came from len(tokenizer): 101 tokens, one of them at id 70000, gave
-    uint16 and ``OverflowError: Python integer 70000 out of bounds for uint16``. The footer's
-    vocab_size is now the highest id + 1 too (Megatron's export checks ids against it)."""
+    """The dtype comes from the highest id, not len(tokenizer): 101 tokens, one of them at id
+    70000, need more than uint16 (``OverflowError: Python integer 70000 out of bounds for
+    uint16``). The footer's vocab_size is the highest id + 1 too (Megatron's export checks ids
+    against it)."""
     gap = {"[UNK]": 0, **{f"w{i}": i for i in range(1, 100)}, "far": 70000}
     folder = _word_tokenizer(tmp_path / "gap", gap)
     spec = TokenizerSpec(name=str(folder / "tokenizer.json"))

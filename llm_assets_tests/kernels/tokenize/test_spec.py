@@ -29,9 +29,9 @@ def test_identity_without_building_equals_the_built_tokenizers(engine):
 
 
 def test_an_edited_tokenizer_is_built_again_in_the_same_process(tmp_path: Path):
-    """Before, the built tokenizer was cached by path for the life of the process: after the
-    file was edited, a second run in the same process (API or notebook use) kept the old ids
-    and fingerprint, and would have reused shards tokenized with the old vocabulary."""
+    """A tokenizer cached by path for the life of the process would keep the old ids and
+    fingerprint after its file is edited, in a second run in the same process (API or notebook
+    use), and reuse shards tokenized with the old vocabulary: it is built again."""
     path = _word_tokenizer(tmp_path / "tok", {"[UNK]": 0, "a": 1, "b": 2}) / "tokenizer.json"
     spec = TokenizerSpec(name=str(path))
     before = spec.build()
