@@ -29,8 +29,8 @@ from llm_assets.bench.runner import Workload
 from llm_assets.constants import TRAINING_BATCHES
 from llm_assets.datagen.corpus import generate_records
 from llm_assets.datagen.writers import write_corpus
-from llm_assets.kernels.batching import BatchSpec
-from llm_assets.kernels.mixture import MixtureSource, MixtureSpec
+from llm_assets.kernels.batching.spec import BatchSpec
+from llm_assets.kernels.mixing.mixture import MixtureSource, MixtureSpec
 from llm_assets.machine import machine_info
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -22,8 +22,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from llm_assets.datagen.corpus import generate_records
-from llm_assets.kernels.batching import BatchSpec, batch_schema_metadata, pack_sequences
-from llm_assets.kernels.tokenization import TokenizerSpec
+from llm_assets.kernels.batching.metadata import batch_schema_metadata
+from llm_assets.kernels.batching.packed import pack_sequences
+from llm_assets.kernels.batching.spec import BatchSpec
+from llm_assets.kernels.tokenize.spec import TokenizerSpec
 from llm_assets.reader import IterableTokenBatches
 
 

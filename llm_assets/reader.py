@@ -69,7 +69,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from llm_assets.kernels.batching import BATCH, DOC_IDS, META_PREFIX
+from llm_assets.kernels.batching.metadata import META_PREFIX
+from llm_assets.kernels.batching.sequences import BATCH, DOC_IDS
 from llm_assets.kernels.schema import DOC_ID
 
 try:  # optional: torch is an extra, the reader works without it

@@ -40,15 +40,9 @@ from llm_assets.constants import (
     TOKENIZED_DOCUMENTS,
     TRAINING_BATCHES,
 )
-from llm_assets.kernels.batching import (
-    BatchSpec,
-    LabelQuota,
-    balance_quotas,
-    batch_schema_metadata,
-    derive_boundaries,
-    length_histogram,
-    spread_quotas,
-)
+from llm_assets.kernels.batching.bucketing import derive_boundaries
+from llm_assets.kernels.batching.metadata import batch_schema_metadata, length_histogram
+from llm_assets.kernels.batching.spec import BatchSpec
 from llm_assets.kernels.decontam import CONTAMINATED, DecontamSpec, EvalSetError, eval_index
 from llm_assets.kernels.dedup import (
     SEEN_TABLE,
@@ -58,22 +52,17 @@ from llm_assets.kernels.dedup import (
     resolve_duplicates,
 )
 from llm_assets.kernels.filters import FilterSpec, LengthFilterSpec, filter_table
-from llm_assets.kernels.ingest import (
-    INVALID_CHAT,
-    IngestSpec,
-    detect_format,
-    file_encoding,
-)
-from llm_assets.kernels.mixture import MixtureSpec, file_matches, mixture_targets
+from llm_assets.kernels.ingest.formats import detect_format, file_encoding
+from llm_assets.kernels.ingest.read import IngestSpec
+from llm_assets.kernels.ingest.records import INVALID_CHAT
+from llm_assets.kernels.mixing.balance import LabelQuota, balance_quotas, spread_quotas
+from llm_assets.kernels.mixing.mixture import MixtureSpec, file_matches, mixture_targets
 from llm_assets.kernels.normalize import NormalizeSpec, normalize_table
 from llm_assets.kernels.schema import INPUT_IDS, LABEL, PROMPT_TOKENS
-from llm_assets.kernels.tokenization import (
-    ENGINES,
-    TokenizerError,
-    TokenizerSpec,
-    chat_template_text,
-    tokenize_table,
-)
+from llm_assets.kernels.tokenize.chat_template import chat_template_text
+from llm_assets.kernels.tokenize.spec import ENGINES, TokenizerSpec
+from llm_assets.kernels.tokenize.table import tokenize_table
+from llm_assets.kernels.tokenize.tokenizer import TokenizerError
 from llm_assets.paths import PathEscapeError, inside
 from llm_assets.tasks import (
     MIXTURE_DOCUMENTS,

@@ -26,30 +26,27 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from llm_assets.constants import TRAINING_BATCHES
-from llm_assets.kernels.augment import eda_variants
-from llm_assets.kernels.batching import (
-    AUGMENTED,
-    BATCH,
-    LENGTH_BUCKET,
+from llm_assets.kernels.batching.bucketing import bucket_layout
+from llm_assets.kernels.batching.labels import (
     PROMPT_FILLS_SEQUENCE,
-    UNDERSAMPLED,
-    BatchSpec,
-    LabelQuota,
-    PackStats,
+    masked_lead,
+    prompt_fills_sequence,
+)
+from llm_assets.kernels.batching.packed import pack_sequences
+from llm_assets.kernels.batching.padded import longest_in_batch, pad_sequences
+from llm_assets.kernels.batching.sequences import AUGMENTED, BATCH, LENGTH_BUCKET, PackStats
+from llm_assets.kernels.batching.shuffle import (
     assign_buckets,
     assign_splits,
-    balance_order,
-    bucket_layout,
-    longest_in_batch,
-    masked_lead,
-    pack_sequences,
-    pad_sequences,
-    prompt_fills_sequence,
     shuffle_keys,
     shuffle_order,
 )
-from llm_assets.kernels.ingest import BATCH_BYTES, IngestSpec, parquet_batch_rows, read_documents
-from llm_assets.kernels.mixture import MIXED_OUT, MixtureSpec
+from llm_assets.kernels.batching.spec import BatchSpec
+from llm_assets.kernels.ingest.parquet import parquet_batch_rows
+from llm_assets.kernels.ingest.read import BATCH_BYTES, IngestSpec, read_documents
+from llm_assets.kernels.mixing.augment import eda_variants
+from llm_assets.kernels.mixing.balance import UNDERSAMPLED, LabelQuota, balance_order
+from llm_assets.kernels.mixing.mixture import MIXED_OUT, MixtureSpec
 from llm_assets.kernels.schema import (
     DOC_ID,
     INPUT_IDS,
@@ -81,7 +78,7 @@ from llm_assets.warehouse.shards import (
 )
 
 if TYPE_CHECKING:  # a task with a tokenizer imports it when unpickled: the others never need it
-    from llm_assets.kernels.tokenization import TokenizerSpec
+    from llm_assets.kernels.tokenize.spec import TokenizerSpec
 
 _FOOTER_BOOKKEEPING = (INPUT_FINGERPRINT, ROWS_IN, ROWS_REJECTED, STATS)
 SCATTER_MANIFEST = "manifest.json"

@@ -83,7 +83,7 @@ def gpt2_folder(folder: Path, added: list[str], *, special: bool) -> Path:
     already gets the tokens added to its own (special ones, then others)."""
     from transformers import AutoTokenizer
 
-    from llm_assets.kernels.tokenization import gpt2_hf_tokenizer
+    from llm_assets.kernels.tokenize.gpt2 import gpt2_hf_tokenizer
 
     if (folder / "tokenizer.json").exists():
         tok = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)

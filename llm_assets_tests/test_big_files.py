@@ -26,11 +26,11 @@ from llm_assets.constants import (
 )
 from llm_assets.datagen.corpus import generate_records
 from llm_assets.datagen.writers import write_corpus
-from llm_assets.kernels.batching import BatchSpec
+from llm_assets.kernels.batching.spec import BatchSpec
 from llm_assets.kernels.filters import LengthFilterSpec
-from llm_assets.kernels.ingest import IngestSpec
+from llm_assets.kernels.ingest.read import IngestSpec
 from llm_assets.kernels.normalize import NormalizeSpec
-from llm_assets.kernels.tokenization import TokenizerSpec
+from llm_assets.kernels.tokenize.spec import TokenizerSpec
 from llm_assets.tasks import row_group_parts
 from llm_assets.warehouse.catalog import Catalog
 from llm_assets.warehouse.shards import fingerprint

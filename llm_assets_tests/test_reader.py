@@ -14,13 +14,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from llm_assets.kernels.batching import (
-    BATCH,
-    BatchSpec,
-    batch_schema_metadata,
-    pack_sequences,
-    pad_sequences,
-)
+from llm_assets.kernels.batching.metadata import batch_schema_metadata
+from llm_assets.kernels.batching.packed import pack_sequences
+from llm_assets.kernels.batching.padded import pad_sequences
+from llm_assets.kernels.batching.sequences import BATCH
+from llm_assets.kernels.batching.spec import BatchSpec
 from llm_assets.reader import (
     COMPLETE_MARKER,
     IncompleteBatchesError,

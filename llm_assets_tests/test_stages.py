@@ -173,9 +173,9 @@ def test_a_step_refuses_an_upstream_another_run_replaced_with_another_config(tmp
     import logging
 
     from llm_assets.compute.in_process import InProcessBackend
-    from llm_assets.kernels.ingest import IngestSpec
+    from llm_assets.kernels.ingest.read import IngestSpec
     from llm_assets.kernels.normalize import NormalizeSpec
-    from llm_assets.kernels.tokenization import TokenizerSpec
+    from llm_assets.kernels.tokenize.spec import TokenizerSpec
     from llm_assets.warehouse.catalog import Catalog
     from llm_assets_tests.conftest import SAMPLE_DIR
 
@@ -207,9 +207,9 @@ def test_the_refusal_covers_every_earlier_stage_and_its_input_folder(tmp_path, m
     import logging
 
     from llm_assets.compute.in_process import InProcessBackend
-    from llm_assets.kernels.ingest import IngestSpec
+    from llm_assets.kernels.ingest.read import IngestSpec
     from llm_assets.kernels.normalize import NormalizeSpec
-    from llm_assets.kernels.tokenization import TokenizerSpec
+    from llm_assets.kernels.tokenize.spec import TokenizerSpec
     from llm_assets.warehouse.catalog import Catalog
 
     for folder, text in (("x", "from folder X"), ("y", "from folder Y")):
@@ -267,9 +267,9 @@ def test_an_unchanged_rerun_reuses_the_dedup_decisions_and_a_change_decides_agai
 
     from llm_assets.compute.in_process import InProcessBackend
     from llm_assets.kernels.filters import FilterSpec
-    from llm_assets.kernels.ingest import IngestSpec
+    from llm_assets.kernels.ingest.read import IngestSpec
     from llm_assets.kernels.normalize import NormalizeSpec
-    from llm_assets.kernels.tokenization import TokenizerSpec
+    from llm_assets.kernels.tokenize.spec import TokenizerSpec
     from llm_assets.warehouse.catalog import Catalog
     from llm_assets_tests.conftest import SAMPLE_DIR
 
@@ -328,11 +328,11 @@ def test_a_stage_that_keeps_no_document_fails_naming_the_reasons_and_the_setting
     import logging
 
     from llm_assets.compute.in_process import InProcessBackend
-    from llm_assets.kernels.batching import BatchSpec
+    from llm_assets.kernels.batching.spec import BatchSpec
     from llm_assets.kernels.filters import LengthFilterSpec
-    from llm_assets.kernels.ingest import IngestSpec
+    from llm_assets.kernels.ingest.read import IngestSpec
     from llm_assets.kernels.normalize import NormalizeSpec
-    from llm_assets.kernels.tokenization import TokenizerSpec
+    from llm_assets.kernels.tokenize.spec import TokenizerSpec
     from llm_assets.reader import COMPLETE_MARKER, batch_files
     from llm_assets.warehouse.catalog import Catalog
     from llm_assets_tests.conftest import SAMPLE_DIR
@@ -372,7 +372,7 @@ def test_a_utf16_jsonl_file_is_read_whole_with_the_lines_of_its_utf8_copy(tmp_pa
     import logging
 
     from llm_assets.compute.in_process import InProcessBackend
-    from llm_assets.kernels.ingest import IngestSpec
+    from llm_assets.kernels.ingest.read import IngestSpec
     from llm_assets.warehouse.catalog import Catalog
 
     body = "".join(json.dumps({"text": f"ligne numéro {i}"}) + "\n" for i in range(25))

@@ -24,17 +24,19 @@ from llm_assets.constants import (
     TOKENIZED_DOCUMENTS,
     TRAINING_BATCHES,
 )
-from llm_assets.kernels.batching import BatchSpec
+from llm_assets.kernels.batching.spec import BatchSpec
 from llm_assets.kernels.decontam import DecontamSpec, EvalSetError, check_eval_sets
 from llm_assets.kernels.dedup import ExactDedupSpec, NearDedupSpec
 from llm_assets.kernels.filters import FilterSpec, LabelSpec, LengthFilterSpec
 from llm_assets.kernels.flagged import FlaggedWordsSpec, load_word_list
-from llm_assets.kernels.ingest import IngestSpec, detect_format
+from llm_assets.kernels.ingest.formats import detect_format
+from llm_assets.kernels.ingest.read import IngestSpec
 from llm_assets.kernels.language import LanguageSpec
-from llm_assets.kernels.mixture import MixtureSpec
+from llm_assets.kernels.mixing.mixture import MixtureSpec
 from llm_assets.kernels.normalize import NormalizeSpec
 from llm_assets.kernels.quality import QualitySpec, RepetitionSpec
-from llm_assets.kernels.tokenization import GPT2, TokenizerSpec
+from llm_assets.kernels.tokenize.gpt2 import GPT2
+from llm_assets.kernels.tokenize.spec import TokenizerSpec
 from llm_assets.paths import inside
 from llm_assets.warehouse.resource import WarehouseResource
 

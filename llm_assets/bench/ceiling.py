@@ -33,7 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from llm_assets.kernels.normalize import NormalizeSpec, normalize_array
-from llm_assets.kernels.tokenization import TokenizerSpec
+from llm_assets.kernels.tokenize.spec import TokenizerSpec
 from llm_assets.tasks import KERNEL_BATCH_ROWS
 
 STUDY_NORMALIZE = "ascii_lower"

@@ -95,7 +95,7 @@ def normalize(text: str) -> str:
 
 def load_tokenizer() -> Any:
     """The GPT-2 fast tokenizer, built offline (the study loaded ``gpt2`` from the hub)."""
-    from llm_assets.kernels.tokenization import gpt2_hf_tokenizer
+    from llm_assets.kernels.tokenize.gpt2 import gpt2_hf_tokenizer
 
     return gpt2_hf_tokenizer()
 

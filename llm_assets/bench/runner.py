@@ -49,11 +49,11 @@ from llm_assets.constants import (
     TOKENIZED_DOCUMENTS,
     TRAINING_BATCHES,
 )
-from llm_assets.kernels.batching import BatchSpec
+from llm_assets.kernels.batching.spec import BatchSpec
 from llm_assets.kernels.filters import LengthFilterSpec
-from llm_assets.kernels.ingest import IngestSpec
+from llm_assets.kernels.ingest.read import IngestSpec
 from llm_assets.kernels.normalize import NormalizeSpec
-from llm_assets.kernels.tokenization import TokenizerSpec
+from llm_assets.kernels.tokenize.spec import TokenizerSpec
 from llm_assets.warehouse.catalog import Catalog
 
 OURS = "ours"

@@ -44,7 +44,7 @@ import pyarrow.compute as pc
 import xxhash
 
 from llm_assets.kernels.dedup import rolling_ngram_hashes
-from llm_assets.kernels.ingest import IngestSpec, read_documents
+from llm_assets.kernels.ingest.read import IngestSpec, read_documents
 from llm_assets.kernels.normalize import NormalizeSpec, normalize_array
 from llm_assets.kernels.quality import Words
 from llm_assets.kernels.schema import (

@@ -14,8 +14,8 @@ import pytest
 
 from llm_assets import stages
 from llm_assets.constants import FILTERED_DOCUMENTS, TRAINING_BATCHES
-from llm_assets.kernels.batching import BatchSpec
-from llm_assets.kernels.tokenization import TokenizerSpec
+from llm_assets.kernels.batching.spec import BatchSpec
+from llm_assets.kernels.tokenize.spec import TokenizerSpec
 from llm_assets.reader import TokenBatchDataset
 from llm_assets.warehouse.prune import _current_scatter_names
 from llm_assets.warehouse.resource import WarehouseResource

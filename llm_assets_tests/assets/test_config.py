@@ -12,12 +12,12 @@ from llm_assets.assets import pipeline
 from llm_assets.assets.config import Form, config_class, to_spec
 from llm_assets.constants import PIPELINE_JOB
 from llm_assets.definitions import defs
-from llm_assets.kernels.batching import BatchSpec
-from llm_assets.kernels.ingest import IngestSpec
-from llm_assets.kernels.mixture import MixtureSource, MixtureSpec
+from llm_assets.kernels.batching.spec import BatchSpec
+from llm_assets.kernels.ingest.read import IngestSpec
+from llm_assets.kernels.mixing.mixture import MixtureSource, MixtureSpec
 from llm_assets.kernels.normalize import NormalizeSpec
 from llm_assets.kernels.pii import PiiSpec
-from llm_assets.kernels.tokenization import TokenizerSpec
+from llm_assets.kernels.tokenize.spec import TokenizerSpec
 
 
 @dataclass(frozen=True)

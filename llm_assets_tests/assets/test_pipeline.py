@@ -26,7 +26,7 @@ from llm_assets.constants import (
     TOKENIZED_DOCUMENTS,
     TRAINING_BATCHES,
 )
-from llm_assets.kernels.batching import length_histogram
+from llm_assets.kernels.batching.metadata import length_histogram
 from llm_assets.stages import StageInputError
 from llm_assets.warehouse.resource import WarehouseResource
 from llm_assets_tests.conftest import REPO, pipeline_run_config
@@ -1205,7 +1205,7 @@ def test_a_deleted_rejects_file_is_written_again_and_breaks_no_run(sample_input,
 def _gpt2_tokenizer_folder(folder: Path) -> Path:
     """GPT-2 as ``save_pretrained`` writes a tokenizer: a tokenizer.json (the vocabulary, with no
     special token's role) and the tokenizer_config.json that names eos_token."""
-    from llm_assets.kernels.tokenization import gpt2_hf_tokenizer
+    from llm_assets.kernels.tokenize.gpt2 import gpt2_hf_tokenizer
 
     gpt2_hf_tokenizer().save_pretrained(folder)
     return folder

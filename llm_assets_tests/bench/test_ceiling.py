@@ -7,7 +7,7 @@ from llm_assets.bench.ceiling import kernels_bound, tokenizer_ceiling
 from llm_assets.bench.reference import STUDY_MIN_TOKENS, run_reference
 from llm_assets.bench.runner import ensure_corpus, read_lines
 from llm_assets.kernels.normalize import NormalizeSpec, normalize_text
-from llm_assets.kernels.tokenization import TokenizerSpec
+from llm_assets.kernels.tokenize.spec import TokenizerSpec
 
 
 def test_ceiling_times_both_ways_on_real_processes_and_keeps_the_fastest():

@@ -65,7 +65,7 @@ def test_headings_are_short_lines_in_wikitext_form(records):
 
 
 def test_headings_mostly_have_fewer_than_ten_gpt2_tokens(records):
-    from llm_assets.kernels.tokenization import TokenizerSpec
+    from llm_assets.kernels.tokenize.spec import TokenizerSpec
 
     tokenizer = TokenizerSpec().build()
     sample = records[:3000]

@@ -70,7 +70,7 @@ def test_sample_planted_lines_are_where_the_readme_says():
 
 
 def test_ingest_rejects_exactly_the_planted_lines():
-    from llm_assets.kernels.ingest import IngestSpec, read_documents
+    from llm_assets.kernels.ingest.read import IngestSpec, read_documents
     from llm_assets.kernels.normalize import NormalizeSpec, normalize_table
 
     kept, rejected, values, texts = 0, {}, {}, []
@@ -121,7 +121,7 @@ def test_chat_planted_lines_are_where_the_constant_and_readme_say():
 
 
 def test_ingest_rejects_exactly_the_planted_chat_lines():
-    from llm_assets.kernels.ingest import IngestSpec, read_documents
+    from llm_assets.kernels.ingest.read import IngestSpec, read_documents
 
     kept, rejected = 0, {}
     for result in read_documents(str(CHATS), CHATS.name, IngestSpec(chat_field="messages")):

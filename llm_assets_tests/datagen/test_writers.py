@@ -52,7 +52,7 @@ def test_chats_written_in_every_format_that_holds_them(tmp_path, suffix):
         assert all(isinstance(r["messages"], str) for r in rows)
         rows = [{**r, "messages": json.loads(r["messages"])} for r in rows]
     assert rows == expected
-    from llm_assets.kernels.ingest import IngestSpec, read_documents
+    from llm_assets.kernels.ingest.read import IngestSpec, read_documents
 
     results = list(read_documents(str(path), path.name, IngestSpec(chat_field="messages")))
     assert sum(r.kept.num_rows for r in results) == 60

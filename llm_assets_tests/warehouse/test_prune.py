@@ -14,11 +14,11 @@ import pytest
 from llm_assets import stages
 from llm_assets.compute.in_process import InProcessBackend
 from llm_assets.constants import FILTERED_DOCUMENTS, PIPELINE_ASSETS, TRAINING_BATCHES
-from llm_assets.kernels.batching import BatchSpec
+from llm_assets.kernels.batching.spec import BatchSpec
 from llm_assets.kernels.filters import FilterSpec
-from llm_assets.kernels.ingest import IngestSpec
+from llm_assets.kernels.ingest.read import IngestSpec
 from llm_assets.kernels.normalize import NormalizeSpec
-from llm_assets.kernels.tokenization import TokenizerSpec
+from llm_assets.kernels.tokenize.spec import TokenizerSpec
 from llm_assets.reader import check_complete
 from llm_assets.warehouse import prune as prune_module
 from llm_assets.warehouse.catalog import Catalog, CatalogLockedError
