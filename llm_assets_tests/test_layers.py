@@ -44,11 +44,29 @@ def _modules() -> dict[str, Path]:
     return {_module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
 
 
+def _runtime_nodes(tree: ast.AST) -> Iterator[ast.AST]:
+    """Every node but those under ``if TYPE_CHECKING:``: imports for annotations only are never
+    executed, so they make no cycle (they let a module name a type its importer defines)."""
+    for node in ast.iter_child_nodes(tree):
+        test = node.test if isinstance(node, ast.If) else None
+        name = getattr(test, "id", None) or getattr(test, "attr", None)
+        if name == "TYPE_CHECKING":
+            yield from (n for child in node.orelse for n in _runtime_nodes_and_self(child))
+            continue
+        yield node
+        yield from _runtime_nodes(node)
+
+
+def _runtime_nodes_and_self(node: ast.AST) -> Iterator[ast.AST]:
+    yield node
+    yield from _runtime_nodes(node)
+
+
 def _imported(path: Path, module: str) -> Iterator[str]:
     """Every module name ``path`` imports, absolute (``from x import y`` yields ``x`` and
     ``x.y``: ``y`` may be a submodule)."""
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in _runtime_nodes(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             yield from (alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
