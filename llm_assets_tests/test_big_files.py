@@ -26,7 +26,7 @@ from llm_assets.constants import (
 )
 from llm_assets.datagen import generate_records, write_corpus
 from llm_assets.kernels.batching import BatchSpec
-from llm_assets.kernels.filters import LengthFilterSpec
+from llm_assets.kernels.filters.length import LengthFilterSpec
 from llm_assets.kernels.ingest import IngestSpec
 from llm_assets.kernels.normalize import NormalizeSpec
 from llm_assets.kernels.tokenization import TokenizerSpec

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from llm_assets.kernels.batching import BatchSpec, assign_buckets, assign_splits, shuffle_keys
-from llm_assets.kernels.filters import LengthFilterSpec, filter_length
+from llm_assets.kernels.filters.length import LengthFilterSpec, filter_length
 from llm_assets.kernels.schema import (
     DOC_ID,
     INPUT_IDS,
