@@ -4,6 +4,7 @@ are rejected (the kernel: :mod:`llm_assets.kernels.decontam`)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import fields
 from typing import Any
 
 import pyarrow as pa
@@ -13,6 +14,8 @@ from llm_assets.kernels.decontam import decontam_filter as decontam_kernel
 from llm_assets.kernels.filters.base import Filter, Inputs, Setting, SharedWords
 from llm_assets.kernels.ingest import detect_format
 from llm_assets.kernels.schema import PROMPT, StageResult
+
+_DEFAULTS = {f.name: f.default for f in fields(DecontamSpec)}
 
 
 class DecontamFilter(Filter):
@@ -39,16 +42,21 @@ class DecontamFilter(Filter):
             Setting(
                 "fields",
                 list[str],
-                ["text"],
+                list(_DEFAULTS["fields"]),
                 "The field (column) of each eval record's text, which every record must have, "
                 "then fields checked too when a record has them (strings, or lists of strings "
                 "such as answer choices)",
             ),
-            Setting("ngram", int, 13, "A document sharing this many consecutive words is dropped"),
+            Setting(
+                "ngram",
+                int,
+                _DEFAULTS["ngram"],
+                "A document sharing this many consecutive words is dropped",
+            ),
             Setting(
                 "min_ngram",
                 int,
-                8,
+                _DEFAULTS["min_ngram"],
                 "Eval texts shorter than ngram words but of at least this many are matched "
                 "whole; shorter ones are not checked",
             ),
@@ -81,9 +89,9 @@ class DecontamFilter(Filter):
                 raise ValueError(f"decontaminate.paths {given!r}: no such file or folder")
         spec = DecontamSpec(
             files=tuple(dict.fromkeys(files)),
-            fields=tuple(values.get("fields", ("text",))),
-            ngram=values.get("ngram", 13),
-            min_ngram=values.get("min_ngram", 8),
+            fields=tuple(values.get("fields", _DEFAULTS["fields"])),
+            ngram=values.get("ngram", _DEFAULTS["ngram"]),
+            min_ngram=values.get("min_ngram", _DEFAULTS["min_ngram"]),
         )
         try:
             check_eval_sets(spec)

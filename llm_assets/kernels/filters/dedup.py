@@ -50,13 +50,16 @@ class DedupAnnotation(Filter):
 
     @classmethod
     def settings(cls) -> tuple[Setting, ...]:
+        near = NearDedupSpec()
         return (
             Setting("exact", bool, True, "Drop exact duplicates (SHA-256 of the text)"),
             Setting("near", bool, True, "Drop near duplicates (MinHash LSH)"),
-            Setting("ngram", int, 5, "Words per shingle"),
-            Setting("num_perm", int, 112, "MinHash permutations"),
-            Setting("bands", int, 14, "LSH bands (num_perm must be a multiple)"),
-            Setting("threshold", float, 0.8, "Estimated Jaccard at which documents cluster"),
+            Setting("ngram", int, near.ngram, "Words per shingle"),
+            Setting("num_perm", int, near.num_perm, "MinHash permutations"),
+            Setting("bands", int, near.bands, "LSH bands (num_perm must be a multiple)"),
+            Setting(
+                "threshold", float, near.threshold, "Estimated Jaccard at which documents cluster"
+            ),
         )
 
     @classmethod
