@@ -543,7 +543,8 @@ def filtered_documents(
     spec = filter_spec(config, warehouse.data_root_path)
     ctx = _context(context, compute, warehouse)
     report = stages.run_filtered_documents(ctx, spec)
-    return materialize_result(report, ctx.catalog, TOKENIZED_DOCUMENTS)
+    steps = ", ".join(step.name for step in spec.steps())  # the chain, plugins included
+    return materialize_result(report, ctx.catalog, TOKENIZED_DOCUMENTS, filters=steps)
 
 
 @dg.asset(name=TRAINING_BATCHES, deps=[FILTERED_DOCUMENTS], **_asset_kwargs(TRAINING_BATCHES))
