@@ -34,7 +34,7 @@ from llm_assets.bench.runner import ensure_corpus, read_texts
 from llm_assets.datagen.corpus import generate_records
 from llm_assets.kernels import decontam
 from llm_assets.kernels.decontam import DecontamSpec, decontam_filter, eval_index
-from llm_assets.kernels.filters import FilterSpec
+from llm_assets.kernels.filters.chain import FilterSpec
 from llm_assets.kernels.normalize import NormalizeSpec, normalize_array
 from llm_assets.machine import machine_info
 
@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         base = quality_workload()
         workloads = {
             "quality": base,
-            "decontam": replace(base, filter=replace(FilterSpec.standard(), decontam=spec)),
+            "decontam": replace(base, filter=FilterSpec.standard().replace(decontam=spec)),
         }
         for backend in args.backends:
             for name, workload in workloads.items():

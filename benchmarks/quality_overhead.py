@@ -37,17 +37,13 @@ from llm_assets.kernels.dedup import (
     dedup_annotate,
     resolve_duplicates,
 )
-from llm_assets.kernels.filters import FilterSpec
-from llm_assets.kernels.flagged import FlaggedWordsSpec, flagged_filter
-from llm_assets.kernels.language import LanguageSpec, language_filter
+from llm_assets.kernels.filters.chain import FilterSpec
+from llm_assets.kernels.filters.flagged import FlaggedWordsSpec, flagged_filter
+from llm_assets.kernels.filters.gopher_quality import QualitySpec, quality_filter
+from llm_assets.kernels.filters.gopher_repetition import RepetitionSpec, repetition_filter
+from llm_assets.kernels.filters.language import LanguageSpec, language_filter
 from llm_assets.kernels.normalize import NormalizeSpec, normalize_array
 from llm_assets.kernels.pii import PiiSpec, pii_kernel
-from llm_assets.kernels.quality import (
-    QualitySpec,
-    RepetitionSpec,
-    quality_filter,
-    repetition_filter,
-)
 from llm_assets.machine import machine_info
 
 RESULTS = Path(__file__).resolve().parent / "results"

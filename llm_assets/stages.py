@@ -43,7 +43,7 @@ from llm_assets.constants import (
 from llm_assets.kernels.batching.bucketing import derive_boundaries
 from llm_assets.kernels.batching.metadata import batch_schema_metadata, length_histogram
 from llm_assets.kernels.batching.spec import BatchSpec
-from llm_assets.kernels.decontam import CONTAMINATED, DecontamSpec, EvalSetError, eval_index
+from llm_assets.kernels.decontam import DecontamSpec, EvalSetError, eval_index
 from llm_assets.kernels.dedup import (
     SEEN_TABLE,
     DedupOutcome,
@@ -51,7 +51,9 @@ from llm_assets.kernels.dedup import (
     NearDedupSpec,
     resolve_duplicates,
 )
-from llm_assets.kernels.filters import FilterSpec, LengthFilterSpec, filter_table
+from llm_assets.kernels.filters.chain import FilterSpec, filter_table
+from llm_assets.kernels.filters.length import LengthFilterSpec
+from llm_assets.kernels.filters.registry import setting_of as filter_setting_of
 from llm_assets.kernels.ingest.formats import detect_format, file_encoding
 from llm_assets.kernels.ingest.read import IngestSpec
 from llm_assets.kernels.ingest.records import INVALID_CHAT
@@ -272,7 +274,7 @@ def _spec_config(spec: Any) -> dict[str, Any]:
     return asdict(spec) if hasattr(spec, "__dataclass_fields__") else dict(spec)
 
 
-OPTIONS_ADDED_UNSET = ("chat_field", "chat_template", "chat_answers", "decontam")
+OPTIONS_ADDED_UNSET = ("chat_field", "chat_template", "chat_answers")
 """Spec options added after warehouses were written: left unset (None) they are not part of a
 stage's config or fingerprint, so such warehouses keep their folders and reuse every shard."""
 
@@ -1094,14 +1096,14 @@ def run_filtered_documents(ctx: StageContext, spec: FilterSpec | LengthFilterSpe
     started = time.time()
     if isinstance(spec, LengthFilterSpec):
         spec = FilterSpec(length=spec)
-    config = spec_fields(spec)
+    config = spec.stage_config()
     if spec.flagged is not None and spec.flagged.path:
         # The list's content, not only its path, decides whether shards are reused.
         config["flagged_words_sha256"] = file_sha256(spec.flagged.path)
     decontam_extra: dict[str, Any] = {}
     if spec.decontam is not None:
         decontam, config["decontam"], decontam_extra = _decontam(ctx, spec.decontam)
-        spec = replace(spec, decontam=decontam)
+        spec = spec.replace(decontam=decontam)
     if not spec.dedup:
         report = _run_map_stage(
             ctx,
@@ -1273,28 +1275,15 @@ _SETTING_OF_REASON = {
     ),
     "chat_template_error": "tokenized_documents.config.chat_template",
     "special_token_in_chat": "tokenized_documents.config.chat_template (and the tokenizer)",
-    "too_few_tokens": "filtered_documents.config.min_tokens",
-    "too_many_tokens": "filtered_documents.config.max_tokens",
-    CONTAMINATED: "filtered_documents.config.decontaminate (the eval sets, ngram, min_ngram)",
-    "wrong_language": "filtered_documents.config.language.languages (or enabled: false)",
-    "low_language_score": "filtered_documents.config.language.min_score (or enabled: false)",
-    "missing_label": "filtered_documents.config.label_field",
-    "unmapped_label": "filtered_documents.config.label_mapping",
-    "flagged_words": "filtered_documents.config.flagged_words (or enabled: false)",
-    "exact_duplicate": "filtered_documents.config.dedup.exact",
-    "near_duplicate": "filtered_documents.config.dedup.near",
 }
-"""The setting to look at when a reject reason takes every document; the Gopher quality and
-repetition reasons are many (``too_few_words``, ``dup_line_ratio``...): their blocks are named
-by prefix in :func:`_setting_of`."""
+"""The setting to look at when a reject reason of a stage before the filters takes every
+document; a filter's reasons name theirs (``registry.setting_of``)."""
 
 
 def _setting_of(reason: str) -> str:
     if reason in _SETTING_OF_REASON:
         return _SETTING_OF_REASON[reason]
-    if reason.startswith(("dup_", "top_")):
-        return "filtered_documents.config.repetition (or enabled: false)"
-    return "filtered_documents.config.quality (or enabled: false)"
+    return f"{FILTERED_DOCUMENTS}.config.{filter_setting_of(reason)}"
 
 
 def _refuse_nothing_kept(ctx: StageContext, report: StageReport) -> None:

@@ -266,7 +266,7 @@ def test_an_unchanged_rerun_reuses_the_dedup_decisions_and_a_change_decides_agai
     from pathlib import Path
 
     from llm_assets.compute.in_process import InProcessBackend
-    from llm_assets.kernels.filters import FilterSpec
+    from llm_assets.kernels.filters.chain import FilterSpec
     from llm_assets.kernels.ingest.read import IngestSpec
     from llm_assets.kernels.normalize import NormalizeSpec
     from llm_assets.kernels.tokenize.spec import TokenizerSpec
@@ -329,7 +329,7 @@ def test_a_stage_that_keeps_no_document_fails_naming_the_reasons_and_the_setting
 
     from llm_assets.compute.in_process import InProcessBackend
     from llm_assets.kernels.batching.spec import BatchSpec
-    from llm_assets.kernels.filters import LengthFilterSpec
+    from llm_assets.kernels.filters.length import LengthFilterSpec
     from llm_assets.kernels.ingest.read import IngestSpec
     from llm_assets.kernels.normalize import NormalizeSpec
     from llm_assets.kernels.tokenize.spec import TokenizerSpec

@@ -15,7 +15,7 @@ import pytest
 
 from llm_assets.kernels.batching.shuffle import assign_buckets, assign_splits, shuffle_keys
 from llm_assets.kernels.batching.spec import BatchSpec
-from llm_assets.kernels.filters import LengthFilterSpec, filter_length
+from llm_assets.kernels.filters.length import LengthFilterSpec, filter_length
 from llm_assets.kernels.schema import (
     DOC_ID,
     INPUT_IDS,

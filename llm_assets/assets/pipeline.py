@@ -10,6 +10,7 @@ from pydantic import Field
 
 from llm_assets import stages
 from llm_assets.assets.config import Form, config_class, to_spec
+from llm_assets.assets.filter_config import FilterConfig, filter_spec
 from llm_assets.assets.reporting import materialize_result, sft_example_markdown
 from llm_assets.compute.resource import ComputeResource
 from llm_assets.constants import (
@@ -25,16 +26,10 @@ from llm_assets.constants import (
     TRAINING_BATCHES,
 )
 from llm_assets.kernels.batching.spec import BatchSpec
-from llm_assets.kernels.decontam import DecontamSpec, EvalSetError, check_eval_sets
-from llm_assets.kernels.dedup import ExactDedupSpec, NearDedupSpec
-from llm_assets.kernels.filters import FilterSpec, LabelSpec, LengthFilterSpec
-from llm_assets.kernels.flagged import FlaggedWordsSpec, load_word_list
-from llm_assets.kernels.ingest.formats import detect_format
+from llm_assets.kernels.decontam import DecontamSpec
 from llm_assets.kernels.ingest.read import IngestSpec
-from llm_assets.kernels.language import LanguageSpec
 from llm_assets.kernels.mixing.mixture import MixtureSpec
 from llm_assets.kernels.normalize import NormalizeSpec
-from llm_assets.kernels.quality import QualitySpec, RepetitionSpec
 from llm_assets.kernels.tokenize.gpt2 import GPT2
 from llm_assets.kernels.tokenize.spec import TokenizerSpec
 from llm_assets.paths import inside
@@ -79,109 +74,6 @@ NormalizeConfig = config_class(
 """The PII settings are top-level keys: ``pii`` (the mode), ``pii_kinds``, ``pii_max_density``."""
 
 TokenizeConfig = config_class(TokenizerSpec, "TokenizeConfig", keys={"name": "tokenizer"})
-
-
-class QualityConfig(dg.Config):
-    """Gopher quality heuristics (datatrove's defaults); a bound set to null is off."""
-
-    enabled: bool = True
-    min_words: int | None = 50
-    max_words: int | None = 100_000
-    min_mean_word_length: float | None = 3.0
-    max_mean_word_length: float | None = 10.0
-    max_symbol_word_ratio: float | None = 0.1
-    max_bullet_lines_ratio: float | None = 0.9
-    max_ellipsis_lines_ratio: float | None = 0.3
-    min_alpha_words_ratio: float | None = 0.8
-    min_stop_words: int | None = 2
-
-
-class RepetitionConfig(dg.Config):
-    """Gopher repetition rules (datatrove's defaults); a bound set to null is off."""
-
-    enabled: bool = True
-    max_dup_line_ratio: float | None = 0.3
-    max_dup_para_ratio: float | None = 0.3
-    max_dup_line_char_ratio: float | None = 0.2
-    max_dup_para_char_ratio: float | None = 0.2
-    top_ngram_char_ratios: dict[str, float] = Field(
-        {"2": 0.20, "3": 0.18, "4": 0.16},
-        description="n -> max share of characters in the most frequent n-gram",
-    )
-    dup_ngram_char_ratios: dict[str, float] = Field(
-        {"5": 0.15, "6": 0.14, "7": 0.13, "8": 0.12, "9": 0.11, "10": 0.10},
-        description="n -> max share of characters in duplicated n-grams",
-    )
-
-
-class LanguageConfig(dg.Config):
-    enabled: bool = Field(True, description="Identify the language (columns language, score)")
-    languages: list[str] = Field(
-        ["en"], description="Languages to keep (ISO 639-1); empty: annotate only, keep all"
-    )
-    min_score: float = Field(0.65, description="Minimum probability of the language")
-    max_chars: int = Field(
-        500,
-        description=(
-            "At most this many characters are read from the start of each document: 100 first, "
-            "and up to max_chars for documents identified with a score below 0.9"
-        ),
-    )
-
-
-class FlaggedWordsConfig(dg.Config):
-    enabled: bool = True
-    path: str | None = Field(
-        None, description="Word list (one per line); default: the shipped English list"
-    )
-    max_density: float = Field(0.01, description="Flagged words per word above which to drop")
-
-
-class DedupConfig(dg.Config):
-    exact: bool = Field(True, description="Drop exact duplicates (SHA-256 of the text)")
-    near: bool = Field(True, description="Drop near duplicates (MinHash LSH)")
-    ngram: int = Field(5, description="Words per shingle")
-    num_perm: int = Field(112, description="MinHash permutations")
-    bands: int = Field(14, description="LSH bands (num_perm must be a multiple)")
-    threshold: float = Field(0.8, description="Estimated Jaccard at which documents cluster")
-
-
-class DecontaminateConfig(dg.Config):
-    paths: list[str] = Field(
-        [],
-        description="Eval sets whose text must not be trained on: files or folders (every "
-        "input file under them), read like raw_documents' input, under the data root. Empty: "
-        "no decontamination",
-    )
-    fields: list[str] = Field(
-        ["text"],
-        description="The field (column) of each eval record's text, which every record must "
-        "have, then fields checked too when a record has them (strings, or lists of strings "
-        "such as answer choices)",
-    )
-    ngram: int = Field(13, description="A document sharing this many consecutive words is dropped")
-    min_ngram: int = Field(
-        8,
-        description="Eval texts shorter than ngram words but of at least this many are "
-        "matched whole; shorter ones are not checked",
-    )
-
-
-class FilterConfig(dg.Config):
-    min_tokens: int = Field(10, description="Drop documents with fewer tokens (study: 10)")
-    max_tokens: int | None = Field(None, description="Drop documents with more tokens")
-    label_field: str | None = Field(
-        None, description="Record field to carry as the class label (e.g. rating)"
-    )
-    label_mapping: dict[str, str] | None = Field(
-        None, description="Map label values, e.g. {'1': 'negative', '5': 'positive'}"
-    )
-    quality: QualityConfig = Field(default_factory=QualityConfig)
-    repetition: RepetitionConfig = Field(default_factory=RepetitionConfig)
-    flagged_words: FlaggedWordsConfig = Field(default_factory=FlaggedWordsConfig)
-    language: LanguageConfig = Field(default_factory=LanguageConfig)
-    dedup: DedupConfig = Field(default_factory=DedupConfig)
-    decontaminate: DecontaminateConfig = Field(default_factory=DecontaminateConfig)
 
 
 def _mixture_or_none(config: dg.Config) -> MixtureSpec | None:
@@ -407,101 +299,6 @@ def tokenizer_spec(config: dg.Config, data_root: Path) -> TokenizerSpec:
     return spec
 
 
-def filter_spec(config: FilterConfig, data_root: Path) -> FilterSpec:
-    """The filter chain of ``filtered_documents`` from its run config. An enabled custom
-    flagged-word list must resolve inside the data root and is read here (a missing, unreadable,
-    non-UTF-8 or empty list is named as ``flagged_words.path``); a disabled one is never read."""
-    label = None
-    if config.label_field:
-        label = LabelSpec(
-            field=config.label_field, mapping=tuple(sorted((config.label_mapping or {}).items()))
-        )
-    elif config.label_mapping:
-        raise ValueError("label_mapping is set but label_field is not: name the field to map")
-    q, r, f, lang, d = (
-        config.quality,
-        config.repetition,
-        config.flagged_words,
-        config.language,
-        config.dedup,
-    )
-    if f.enabled and f.path:
-        inside(f.path, data_root, "flagged_words.path")
-        try:
-            load_word_list(f.path)
-        except (OSError, ValueError) as exc:
-            raise ValueError(f"flagged_words.path {f.path!r}: {exc}") from exc
-    return FilterSpec(
-        length=LengthFilterSpec(min_tokens=config.min_tokens, max_tokens=config.max_tokens),
-        label=label,
-        quality=QualitySpec(**q.model_dump(exclude={"enabled"})) if q.enabled else None,
-        repetition=RepetitionSpec(
-            **r.model_dump(exclude={"enabled", "top_ngram_char_ratios", "dup_ngram_char_ratios"}),
-            top_ngram_char_ratios=_ngram_bounds(r.top_ngram_char_ratios),
-            dup_ngram_char_ratios=_ngram_bounds(r.dup_ngram_char_ratios),
-        )
-        if r.enabled
-        else None,
-        flagged=FlaggedWordsSpec(path=f.path, max_density=f.max_density) if f.enabled else None,
-        language=LanguageSpec(
-            languages=tuple(lang.languages), min_score=lang.min_score, max_chars=lang.max_chars
-        )
-        if lang.enabled
-        else None,
-        decontam=decontam_spec(config.decontaminate, data_root),
-        exact_dedup=ExactDedupSpec() if d.exact else None,
-        near_dedup=NearDedupSpec(
-            ngram=d.ngram, num_perm=d.num_perm, bands=d.bands, threshold=d.threshold
-        )
-        if d.near
-        else None,
-    )
-
-
-def decontam_spec(config: DecontaminateConfig, data_root: Path) -> DecontamSpec | None:
-    """The eval sets of ``filtered_documents``' decontamination (None: no paths, off). Each path
-    is a file or a folder (its input files, as ``raw_documents`` lists them) inside the data
-    root; the files are read here, so an unreadable record or a missing field fails the run's
-    first step, named (cached: later steps do not read them again)."""
-    if not config.paths:
-        return None
-    files: list[tuple[str, str]] = []
-    for given in config.paths:
-        path = inside(given, data_root, "decontaminate.paths")
-        if path.is_dir():
-            try:
-                found = stages.list_input_files(path, data_root)
-            except ValueError as exc:
-                raise ValueError(f"decontaminate.paths {given!r}: {exc}") from exc
-            files += [(str(file.resolve()), f"{given.rstrip('/')}/{rel}") for file, rel in found]
-        elif path.is_file():
-            try:
-                detect_format(str(path))
-            except ValueError as exc:
-                raise ValueError(f"decontaminate.paths {given!r}: {exc}") from exc
-            files.append((str(path), given))
-        else:
-            raise ValueError(f"decontaminate.paths {given!r}: no such file or folder")
-    spec = DecontamSpec(
-        files=tuple(dict.fromkeys(files)),
-        fields=tuple(config.fields),
-        ngram=config.ngram,
-        min_ngram=config.min_ngram,
-    )
-    try:
-        check_eval_sets(spec)
-    except EvalSetError as exc:
-        raise ValueError(f"decontaminate: {exc}") from exc
-    return spec
-
-
-def _ngram_bounds(bounds: dict[str, float]) -> tuple[tuple[int, float], ...]:
-    try:
-        return tuple(sorted((int(n), float(v)) for n, v in bounds.items()))
-    except ValueError as exc:
-        raise ValueError(f"n-gram bounds are keyed by n (an integer), got {bounds}") from exc
-
-
 def _batch_spec(config: dg.Config) -> BatchSpec:
     """The layout of ``training_batches``; its ``zstd_level`` (the writer's, no spec's) checked."""
     if not 1 <= config.zstd_level <= 22:
@@ -582,7 +379,8 @@ def filtered_documents(
     spec = filter_spec(config, warehouse.data_root_path)
     ctx = _context(context, compute, warehouse)
     report = stages.run_filtered_documents(ctx, spec)
-    return materialize_result(report, ctx.catalog, TOKENIZED_DOCUMENTS)
+    steps = ", ".join(step.name for step in spec.steps())  # the chain, plugins included
+    return materialize_result(report, ctx.catalog, TOKENIZED_DOCUMENTS, filters=steps)
 
 
 @dg.asset(name=TRAINING_BATCHES, deps=[FILTERED_DOCUMENTS], **_asset_kwargs(TRAINING_BATCHES))

@@ -50,7 +50,7 @@ from llm_assets.constants import (
     TRAINING_BATCHES,
 )
 from llm_assets.kernels.batching.spec import BatchSpec
-from llm_assets.kernels.filters import LengthFilterSpec
+from llm_assets.kernels.filters.length import LengthFilterSpec
 from llm_assets.kernels.ingest.read import IngestSpec
 from llm_assets.kernels.normalize import NormalizeSpec
 from llm_assets.kernels.tokenize.spec import TokenizerSpec

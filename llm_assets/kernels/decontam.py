@@ -46,7 +46,6 @@ import xxhash
 from llm_assets.kernels.dedup import rolling_ngram_hashes
 from llm_assets.kernels.ingest.read import IngestSpec, read_documents
 from llm_assets.kernels.normalize import NormalizeSpec, normalize_array
-from llm_assets.kernels.quality import Words
 from llm_assets.kernels.schema import (
     METADATA,
     PROMPT,
@@ -58,6 +57,7 @@ from llm_assets.kernels.schema import (
     drop_rows,
     string_array,
 )
+from llm_assets.kernels.words import Words
 
 DECONTAM_STAGE = "filter"
 CONTAMINATED = "contaminated"

@@ -32,7 +32,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import xxhash
 
-from llm_assets.kernels.quality import Words, split_words
 from llm_assets.kernels.schema import (
     LEARNED_SPANS,
     PROMPT,
@@ -41,6 +40,7 @@ from llm_assets.kernels.schema import (
     empty_rejects,
     learned_span_arrays,
 )
+from llm_assets.kernels.words import Words, split_words
 
 CONTENT_HASH = "content_hash"
 MINHASH = "minhash"

@@ -56,7 +56,7 @@ data set's own could make a control token, or a prompt the model was never train
 LABEL = "label"
 """Optional class label (e.g. a review's sentiment) passed through to the batches."""
 LANGUAGE = "language"
-"""ISO 639 code found by the language filter (:mod:`llm_assets.kernels.language`)."""
+"""ISO 639 code found by the language filter (:mod:`llm_assets.kernels.filters.language`)."""
 
 DOCUMENT_SCHEMA = pa.schema(
     [

@@ -168,7 +168,7 @@ def test_the_study_config_is_the_benchmarks_workload(tmp_path):
     from llm_assets.assets import pipeline
     from llm_assets.assets.config import to_spec
     from llm_assets.bench.runner import Workload
-    from llm_assets.kernels.filters import FilterSpec
+    from llm_assets.kernels.filters.chain import FilterSpec
 
     ops = yaml.safe_load((REPO / "configs" / "study.yaml").read_text())["ops"]
     workload = Workload()

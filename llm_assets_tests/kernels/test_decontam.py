@@ -25,7 +25,8 @@ from llm_assets.kernels.decontam import (
     eval_index,
     read_eval_texts,
 )
-from llm_assets.kernels.filters import FilterSpec, LengthFilterSpec, filter_table
+from llm_assets.kernels.filters.chain import FilterSpec, filter_table
+from llm_assets.kernels.filters.length import LengthFilterSpec
 from llm_assets.kernels.normalize import NormalizeSpec, normalize_array
 from llm_assets.kernels.schema import PROMPT
 

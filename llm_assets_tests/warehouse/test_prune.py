@@ -15,7 +15,7 @@ from llm_assets import stages
 from llm_assets.compute.in_process import InProcessBackend
 from llm_assets.constants import FILTERED_DOCUMENTS, PIPELINE_ASSETS, TRAINING_BATCHES
 from llm_assets.kernels.batching.spec import BatchSpec
-from llm_assets.kernels.filters import FilterSpec
+from llm_assets.kernels.filters.chain import FilterSpec
 from llm_assets.kernels.ingest.read import IngestSpec
 from llm_assets.kernels.normalize import NormalizeSpec
 from llm_assets.kernels.tokenize.spec import TokenizerSpec

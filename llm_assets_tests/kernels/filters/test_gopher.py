@@ -13,15 +13,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from llm_assets.kernels.filters import FILTER_STAGE
-from llm_assets.kernels.flagged import PUNCTUATION
-from llm_assets.kernels.quality import (
+from llm_assets.kernels.filters.base import FILTER_STAGE
+from llm_assets.kernels.filters.flagged import PUNCTUATION
+from llm_assets.kernels.filters.gopher_quality import (
     ALPHA_WORDS_RATIO,
     BULLET_LINES_RATIO,
-    DUP_LINE_CHAR_RATIO,
-    DUP_LINE_RATIO,
-    DUP_PARA_CHAR_RATIO,
-    DUP_PARA_RATIO,
     ELLIPSIS_LINES_RATIO,
     ELLIPSIS_WORD_RATIO,
     HASH_WORD_RATIO,
@@ -31,16 +27,22 @@ from llm_assets.kernels.quality import (
     TOO_FEW_WORDS,
     TOO_MANY_WORDS,
     QualitySpec,
-    RepetitionSpec,
-    _factorize,
-    dup_ngram_reason,
     quality_filter,
     quality_measures,
+)
+from llm_assets.kernels.filters.gopher_repetition import (
+    DUP_LINE_CHAR_RATIO,
+    DUP_LINE_RATIO,
+    DUP_PARA_CHAR_RATIO,
+    DUP_PARA_RATIO,
+    RepetitionSpec,
+    dup_ngram_reason,
     repetition_filter,
     repetition_measures,
     top_ngram_reason,
 )
 from llm_assets.kernels.schema import REJECT_SCHEMA
+from llm_assets.kernels.words import factorize
 
 PROSE = (
     "The committee met in the spring to review plans for a new library. Members agreed that "
@@ -312,8 +314,8 @@ def test_without_language_identification_the_stop_word_rule_checks_every_documen
     ],
 )
 def test_filter_chain_with_several_languages_keeps_german_prose(languages, expected):
-    from llm_assets.kernels.filters import FilterSpec, filter_table
-    from llm_assets.kernels.language import LanguageSpec
+    from llm_assets.kernels.filters.chain import FilterSpec, filter_table
+    from llm_assets.kernels.filters.language import LanguageSpec
 
     table = _table([GERMAN, NO_STOP_WORDS, "Der Rat tagt morgen im Rathaus."])
     table = table.append_column("n_tokens", pa.array([100, 100, 100], pa.int32()))
@@ -706,6 +708,6 @@ def test_factorize_numbers_keys_in_order_of_first_appearance(keys):
     first_seen: dict[int, int] = {}
     expected = [first_seen.setdefault(k, len(first_seen)) for k in keys]
     for dtype in (np.int64, np.uint64):
-        assert _factorize(np.array(keys, dtype)).tolist() == expected
+        assert factorize(np.array(keys, dtype)).tolist() == expected
     high = [k + 2**63 for k in keys]  # uint64 keys past the int64 range
-    assert _factorize(np.array(high, np.uint64)).tolist() == expected
+    assert factorize(np.array(high, np.uint64)).tolist() == expected

@@ -16,7 +16,7 @@ does by default (``normalize_input``).
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -25,12 +25,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from llm_assets.kernels.filters.base import FILTER_STAGE, Filter, SharedWords, describe
 from llm_assets.kernels.schema import LANGUAGE, TEXT, StageResult, drop_rows
 
 LANGUAGE_SCORE = "language_score"
 WRONG_LANGUAGE = "wrong_language"
 LOW_LANGUAGE_SCORE = "low_language_score"
-LANGUAGE_STAGE = "filter"
 UNKNOWN = "unknown"
 """The code of a text without a letter, with score 0: there is nothing to identify."""
 _LABEL_PREFIX = "__label__"
@@ -66,9 +66,18 @@ class LanguageSpec:
     without filtering; ``enabled=False`` skips identification altogether (no columns)."""
 
     enabled: bool = True
-    languages: tuple[str, ...] = ("en",)
-    min_score: float = 0.65
-    max_chars: int = 500
+    languages: tuple[str, ...] = field(
+        default=("en",),
+        metadata=describe("Languages to keep (ISO 639-1); empty: annotate only, keep all"),
+    )
+    min_score: float = field(default=0.65, metadata=describe("Minimum probability of the language"))
+    max_chars: int = field(
+        default=500,
+        metadata=describe(
+            "At most this many characters are read from the start of each document: 100 first, "
+            "and up to max_chars for documents identified with a score below 0.9"
+        ),
+    )
     """At most this many leading characters are identified: the language of a document shows in
     its beginning, and the model's cost grows with length. A first look reads
     :data:`FIRST_LOOK_CHARS`; only documents it is unsure of (score below
@@ -236,9 +245,7 @@ def language_filter(table: pa.Table, spec: LanguageSpec) -> StageResult:
         pa.field(LANGUAGE_SCORE, pa.float32()), pa.array(scores, pa.float32())
     )
     if not spec.languages:
-        return drop_rows(
-            table, [False] * table.num_rows, stage=LANGUAGE_STAGE, reasons=[], values=[]
-        )
+        return drop_rows(table, [False] * table.num_rows, stage=FILTER_STAGE, reasons=[], values=[])
     wanted = pc.is_in(codes, pa.array(spec.languages, pa.string()))
     confident = pa.array(scores >= spec.min_score, pa.bool_())
     dropped = pc.invert(pc.and_(wanted, confident))
@@ -249,4 +256,24 @@ def language_filter(table: pa.Table, spec: LanguageSpec) -> StageResult:
     for i in gone:
         reasons.append(LOW_LANGUAGE_SCORE if wanted_np[i] else WRONG_LANGUAGE)
         values.append(f"{code_list[i]} {scores[i]:.2f}")
-    return drop_rows(table, dropped, stage=LANGUAGE_STAGE, reasons=reasons, values=values)
+    return drop_rows(table, dropped, stage=FILTER_STAGE, reasons=reasons, values=values)
+
+
+class LanguageFilter(Filter):
+    """Language identification: annotates every kept document, keeps the languages asked for."""
+
+    name = "language"
+    config_key = "language"
+    spec_type = LanguageSpec
+    reasons = (WRONG_LANGUAGE, LOW_LANGUAGE_SCORE)
+    enabled_help = "Identify the language (columns language, score)"
+    on_by_default = True
+    recorded_when_off = True
+
+    @classmethod
+    def setting_of(cls, reason: str) -> str:
+        setting = "languages" if reason == WRONG_LANGUAGE else "min_score"
+        return f"language.{setting} (or enabled: false)"
+
+    def apply(self, table: pa.Table, words: SharedWords) -> StageResult:
+        return language_filter(table, self.spec)

@@ -23,18 +23,19 @@ from __future__ import annotations
 import functools
 import os
 import unicodedata
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from llm_assets.kernels.filters.base import FILTER_STAGE, Filter, Inputs, SharedWords, describe
 from llm_assets.kernels.schema import TEXT, StageResult, drop_rows, empty_rejects, string_array
 
-FLAGGED_STAGE = "filter"
 FLAGGED_WORDS = "flagged_words"
 DEFAULT_LIST = "flagged_words_en.txt"
 """The shipped English list, package data of :mod:`llm_assets.kernels`."""
@@ -60,10 +61,15 @@ class FlaggedWordsSpec:
     a long document does not cost the document)."""
 
     enabled: bool = True
-    path: str | None = None
+    path: str | None = field(
+        default=None,
+        metadata=describe("Word list (one per line); default: the shipped English list"),
+    )
     """A UTF-8 word list, one word or phrase per line, ``#`` comments; None: the shipped
     English list."""
-    max_density: float = 0.01
+    max_density: float = field(
+        default=0.01, metadata=describe("Flagged words per word above which to drop")
+    )
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.max_density <= 1.0:
@@ -268,7 +274,34 @@ def flagged_filter(table: pa.Table, spec: FlaggedWordsSpec) -> StageResult:
     return drop_rows(
         table,
         pa.array(dropped, pa.bool_()),
-        stage=FLAGGED_STAGE,
+        stage=FILTER_STAGE,
         reasons=[FLAGGED_WORDS] * len(values),
         values=values,
     )
+
+
+class FlaggedWordsFilter(Filter):
+    """Flagged words; a custom list must resolve inside the data root and is read when the
+    run config is read (a missing, unreadable, non-UTF-8 or empty list is named as
+    ``flagged_words.path``); a disabled one is never read."""
+
+    name = "flagged"
+    config_key = "flagged_words"
+    spec_type = FlaggedWordsSpec
+    reasons = (FLAGGED_WORDS,)
+    on_by_default = True
+    recorded_when_off = True
+
+    @classmethod
+    def from_config(cls, values: Mapping[str, Any], inputs: Inputs) -> dict[str, Any]:
+        path = values.get("path")
+        if values.get("enabled", True) and path:
+            inputs.resolve(path, "flagged_words.path")
+            try:
+                load_word_list(path)
+            except (OSError, ValueError) as exc:
+                raise ValueError(f"flagged_words.path {path!r}: {exc}") from exc
+        return super().from_config(values, inputs)
+
+    def apply(self, table: pa.Table, words: SharedWords) -> StageResult:
+        return flagged_filter(table, self.spec)

@@ -8,13 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from llm_assets.kernels.filters import (
-    TOO_FEW_TOKENS,
-    TOO_MANY_TOKENS,
-    FilterSpec,
-    LengthFilterSpec,
-    filter_table,
-)
+from llm_assets.kernels.filters.chain import FilterSpec, filter_table
+from llm_assets.kernels.filters.length import TOO_FEW_TOKENS, TOO_MANY_TOKENS, LengthFilterSpec
 from llm_assets.kernels.schema import REJECT_SCHEMA
 
 
@@ -84,12 +79,8 @@ def _labelled(metadata: list[str | None]) -> pa.Table:
 
 
 def test_label_column_is_mapped_and_rows_without_a_usable_label_are_rejects():
-    from llm_assets.kernels.filters import (
-        MISSING_LABEL,
-        UNMAPPED_LABEL,
-        FilterSpec,
-        LabelSpec,
-    )
+    from llm_assets.kernels.filters.chain import FilterSpec
+    from llm_assets.kernels.filters.label import MISSING_LABEL, UNMAPPED_LABEL, LabelSpec
 
     mapping = (("1", "negative"), ("2", "negative"), ("4", "positive"), ("5", "positive"))
     spec = FilterSpec(label=LabelSpec(field="rating", mapping=mapping))
@@ -102,7 +93,9 @@ def test_label_column_is_mapped_and_rows_without_a_usable_label_are_rejects():
 
 
 def test_label_without_mapping_passes_values_through_and_length_rejects_come_first():
-    from llm_assets.kernels.filters import FilterSpec, LabelSpec, LengthFilterSpec
+    from llm_assets.kernels.filters.chain import FilterSpec
+    from llm_assets.kernels.filters.label import LabelSpec
+    from llm_assets.kernels.filters.length import LengthFilterSpec
 
     table = _labelled(['{"topic": "science"}', '{"topic": "art"}'])
     table = table.set_column(5, "n_tokens", pa.array([3, 30], pa.int32()))
@@ -119,7 +112,7 @@ def test_standard_chain_names_the_most_telling_reason():
     words is ``too_few_stop_words``, a short note is ``too_few_words`` before any model runs."""
     import pyarrow as pa
 
-    from llm_assets.kernels.filters import FilterSpec, filter_table
+    from llm_assets.kernels.filters.chain import FilterSpec, filter_table
     from llm_assets_tests.conftest import docs_table
 
     french = (
@@ -142,13 +135,15 @@ def test_standard_chain_names_the_most_telling_reason():
 def _each_kernel_alone(table: pa.Table, spec: FilterSpec) -> tuple[pa.Table, pa.Table]:
     """The chain of :func:`filter_table` spelled out, each kernel splitting the text itself."""
     from llm_assets.kernels.dedup import dedup_annotate
-    from llm_assets.kernels.filters import _split_stop_words, filter_length
-    from llm_assets.kernels.flagged import flagged_filter
-    from llm_assets.kernels.language import language_filter
-    from llm_assets.kernels.quality import quality_filter, repetition_filter
+    from llm_assets.kernels.filters.flagged import flagged_filter
+    from llm_assets.kernels.filters.gopher_quality import GopherQualityFilter, quality_filter
+    from llm_assets.kernels.filters.gopher_repetition import repetition_filter
+    from llm_assets.kernels.filters.language import language_filter
+    from llm_assets.kernels.filters.length import filter_length
+    from llm_assets.kernels.filters.stop_words import StopWordsFilter
     from llm_assets.kernels.schema import empty_rejects
 
-    quality, stop_words = _split_stop_words(spec.quality)
+    quality, stop_words = GopherQualityFilter.of(spec).spec, StopWordsFilter.of(spec).spec
     steps = [
         lambda t: filter_length(t, spec.length),
         lambda t: quality_filter(t, quality),
@@ -236,7 +231,7 @@ def _crafted_texts() -> list[str]:
 def test_shared_words_give_what_each_kernel_gives_alone():
     """filter_table splits the words once and hands each step the words of its rows: the kept
     table (MinHash signatures included) and the rejects are those of each kernel run alone."""
-    from llm_assets.kernels.quality import QualitySpec
+    from llm_assets.kernels.filters.gopher_quality import QualitySpec
     from llm_assets_tests.conftest import docs_table
 
     texts = _crafted_texts()
@@ -273,7 +268,7 @@ def test_shared_words_give_what_each_kernel_gives_alone():
 
 
 def test_words_taken_for_some_rows_are_those_split_from_those_rows():
-    from llm_assets.kernels.quality import Words
+    from llm_assets.kernels.words import Words
 
     texts = pa.array(_crafted_texts(), pa.string())
     words = Words.of(texts)
@@ -290,7 +285,8 @@ def test_an_empty_or_blank_label_is_missing_not_a_class_of_its_own():
     """An empty CSV cell (``t,b,``) or a label of spaces was kept as the class ``""`` (or
     ``"  "``); it is a ``missing_label`` reject, as an absent field or JSON null is. A mapping
     that names the exact empty string maps it on purpose."""
-    from llm_assets.kernels.filters import MISSING_LABEL, FilterSpec, LabelSpec
+    from llm_assets.kernels.filters.chain import FilterSpec
+    from llm_assets.kernels.filters.label import MISSING_LABEL, LabelSpec
 
     table = _labelled(
         ['{"label": ""}', '{"label": "  "}', '{"label": null}', '{"label": "ok"}', '{"x": 1}']

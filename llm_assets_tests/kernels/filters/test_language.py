@@ -8,7 +8,7 @@ import unicodedata
 import pyarrow as pa
 import pytest
 
-from llm_assets.kernels.language import (
+from llm_assets.kernels.filters.language import (
     FIRST_LOOK_CHARS,
     LANGUAGE,
     LANGUAGE_SCORE,

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llm_assets.kernels.flagged import (
+from llm_assets.kernels.filters.flagged import (
     _SENTENCE_PUNCTUATION,
     FLAGGED_WORDS,
     PUNCTUATION,

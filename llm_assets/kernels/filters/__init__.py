@@ -1,0 +1,1 @@
+"""Document filters: one module per filter, the chain iterates their registry."""
