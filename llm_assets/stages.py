@@ -78,7 +78,6 @@ from llm_assets.paths import PathEscapeError, inside
 from llm_assets.tasks import (
     MIXTURE_DOCUMENTS,
     MIXTURE_TOKENS,
-    SCATTER_FORMAT,
     SPLITS,
     DedupApplyTask,
     GatherTask,
@@ -109,6 +108,12 @@ from llm_assets.tasks import (
     trainable_label_counts,
 )
 from llm_assets.warehouse.catalog import Catalog, ShardRecord
+from llm_assets.warehouse.layout import (
+    DEDUP_MEMO,
+    SCATTER_FOLDER,
+    scatter_folder_name,
+    scatter_settings,
+)
 from llm_assets.warehouse.shards import (
     CHECKSUM_ALGORITHM,
     INPUT_FINGERPRINT,
@@ -1348,11 +1353,6 @@ def _dedup_scope(ctx: StageContext, filter_fingerprint: str) -> str:
     return fingerprint(filter_fingerprint, upstream)
 
 
-DEDUP_MEMO = "last.json"
-"""``<filtered folder>/dedup/last.json``: the last global dedup step's inputs (as a key) and
-outcome, so that a run whose inputs are the same reuses the outcome instead of deciding again."""
-
-
 def _resolve_duplicates(
     ctx: StageContext, annotated: StageReport, spec: FilterSpec, folder: Path
 ) -> DedupOutcome:
@@ -1468,44 +1468,6 @@ def _write_dedup_memo(path: Path, key: str, outcome: DedupOutcome) -> None:
 
 
 # --- training_batches -----------------------------------------------------------------------------
-SCATTER_FOLDER = "_scatter"
-"""``training_batches/_scatter/``: the shuffle's intermediate files, one folder per filtered shard
-and scatter input (``<shard>-<input fingerprint>``), shared by every batch folder that needs them.
-Not a batches folder (no ``part-*.parquet``); safe to delete, it is rebuilt when missing."""
-
-
-def scatter_folder_name(
-    shard: str,
-    checksum: str,
-    seed: int,
-    validation_fraction: float,
-    n_buckets: int,
-    text: bool = False,
-    sources: bool = False,
-) -> str:
-    """The name of a filtered shard's scatter folder (``training_batches/_scatter/<name>``): its
-    key and the input of its scatter (its checksum, the split and shuffle settings, the scatter
-    format, and whether it holds the text and the sources: ``augment`` and ``mixture`` runs have
-    folders of their own), so every batches folder with these settings shares it."""
-    scatter_fp = fingerprint(
-        checksum, *scatter_settings(seed, validation_fraction, n_buckets, text, sources)
-    )
-    return f"{shard}-{scatter_fp}"
-
-
-def scatter_settings(
-    seed: int, validation_fraction: float, n_buckets: int, text: bool, sources: bool = False
-) -> tuple[Any, ...]:
-    """What a scatter depends on besides its shard's bytes (with every shard's checksum, what
-    every batch file does: the files' ``source_fingerprint``). ``text`` and ``sources`` only when
-    set, so the folders of runs without ``augment`` or ``mixture`` keep their names."""
-    return (
-        (seed, validation_fraction, n_buckets, SCATTER_FORMAT)
-        + (("text",) if text else ())
-        + (("sources",) if sources else ())
-    )
-
-
 COMPLETE_MARKER = "_COMPLETE.json"
 """Written in a batches folder as the last step of a run that wrote and recorded all of it, and
 removed before a run changes any of its files (as ``llm_assets.reader.COMPLETE_MARKER``, which

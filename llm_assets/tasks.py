@@ -476,9 +476,6 @@ class ScatterTask:
 
 SCATTER_FILE = "buckets.arrow"
 """One Arrow IPC file per scattered shard: one record batch per (split, bucket)."""
-SCATTER_FORMAT = "ipc-5"
-"""Part of every scatter fingerprint: a folder written in another layout is scattered again.
-(``ipc-5``: a (split, bucket) may have several batches, one per chunk of the shard.)"""
 SCATTER_CHUNK_BYTES = 16 << 20
 """Decoded bytes of the shuffle's columns of a filtered shard that the scatter holds at once
 (by the footer's sizes, whole row groups). A larger shard is scattered chunk by chunk, each chunk
