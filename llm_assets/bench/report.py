@@ -21,7 +21,7 @@ import psutil
 
 from llm_assets.bench.reference import STUDY_RESULTS, StudyRow
 from llm_assets.bench.runner import OURS, REFERENCE, STARTUP, RunResult, Summary
-from llm_assets.tasks import PARTS, add_parts
+from llm_assets.stages.shard_io import PARTS, add_parts
 from llm_assets.warehouse.catalog import Catalog, insert_values
 
 RESULTS_TABLE = "benchmark_results"

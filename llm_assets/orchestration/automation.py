@@ -29,7 +29,8 @@ import dagster as dg
 import yaml
 
 from llm_assets.constants import BENCHMARK_JOB, DEFAULT_INPUT_DIR, PIPELINE_JOB, RAW_DOCUMENTS
-from llm_assets.stages import StageInputError, list_input_files
+from llm_assets.stages.engine import StageInputError
+from llm_assets.stages.raw_documents import list_input_files
 
 INPUT_DIR_ENV = "LLM_ASSETS_INPUT_DIR"
 """Environment variable naming the folder the sensor and the nightly schedule read (default

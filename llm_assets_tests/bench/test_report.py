@@ -23,7 +23,7 @@ from llm_assets.bench.report import (
     study_table,
 )
 from llm_assets.bench.runner import OURS, REFERENCE, RunResult, summarize
-from llm_assets.tasks import PARTS
+from llm_assets.stages.shard_io import PARTS
 from llm_assets.warehouse.catalog import Catalog
 from llm_assets_tests.conftest import REPO
 

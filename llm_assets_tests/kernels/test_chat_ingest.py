@@ -27,7 +27,7 @@ from llm_assets.kernels.ingest import (
     read_documents,
 )
 from llm_assets.kernels.schema import CHAT_MESSAGES, make_doc_id
-from llm_assets.stages import spec_fields
+from llm_assets.stages.engine import spec_fields
 
 CHAT = IngestSpec(chat_field="messages")
 HISTORY = [

@@ -39,7 +39,7 @@ from llm_assets.kernels.ingest import (
     read_documents,
 )
 from llm_assets.kernels.schema import make_doc_id
-from llm_assets.stages import line_ranges
+from llm_assets.stages.raw_documents import line_ranges
 
 
 def read(path: Path, spec: IngestSpec | None = None, **kw) -> tuple[pa.Table, pa.Table]:
