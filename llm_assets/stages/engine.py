@@ -214,13 +214,52 @@ def _execute(
     views) alone: for an intermediate phase of a stage. ``started`` (``time.time()``) is when a
     stage of several phases began, so that its seconds, its catalog record and its summary line
     cover every phase, not only this last one."""
-    from llm_assets.warehouse.catalog import ShardRecord
-
     started = time.time() if started is None else started
-    code_version = STAGE_CODE_VERSIONS[asset]
     config_json = _json(config)
     ensure_writable(folder)
     remove_stale_temporaries(folder)
+    records, todo = _skip_finished(ctx, asset, stage_fp, planned, config_json)
+    ctx.log.info(f"{asset}: computing {len(todo)} shard(s) on {ctx.backend}")
+    parts = _run_and_record(ctx, asset, stage_fp, folder, planned, todo, records, fn, config_json)
+    # A worker killed mid-shard leaves its temporary files; its retry wrote new ones.
+    if stale := remove_stale_temporaries(folder):
+        ctx.log.info(f"{asset}: removed {stale} temporary file(s) of interrupted attempts")
+    ordered = [records[i] for i in range(len(planned))]
+    report = StageReport(
+        asset=asset,
+        fingerprint=stage_fp,
+        folder=str(folder),
+        shards=ordered,
+        computed=len(todo),
+        skipped=len(planned) - len(todo),
+        seconds=0.0,
+        extra=dict(extra or {}),
+    )
+    report.extra[SECONDS_BY_PART] = _rounded_parts(
+        add_parts(report.extra.get(SECONDS_BY_PART, {}), parts)
+    )
+    for record in ordered:
+        for key, value in shard_stats(record.path).items():
+            report.extra[key] = report.extra.get(key, 0) + value
+    finished = time.time()
+    report.seconds = finished - started
+    if materialize:
+        _record_materialization(ctx, report, config, started, finished)
+    return report
+
+
+def _skip_finished(
+    ctx: StageContext,
+    asset: str,
+    stage_fp: str,
+    planned: Sequence[_Planned],
+    config_json: str,
+) -> tuple[dict[int, ShardRecord], list[int]]:
+    """The planned shards already finished (by index: their catalog records, those a killed run
+    left unrecorded rebuilt from their footers and recorded) and the indexes of those to compute:
+    missing, of another input, or changed since recorded. Refuses upstream shards changed since
+    recorded (:func:`_check_sources`) before any is computed."""
+    code_version = STAGE_CODE_VERSIONS[asset]
     known = {(r.shard, r.input_fingerprint): r for r in ctx.catalog.stage_shards(asset, stage_fp)}
     records: dict[int, ShardRecord] = {}
     todo: list[int] = []
@@ -257,7 +296,26 @@ def _execute(
         ctx.log.info(f"{asset}: {len(recovered)} finished shard(s) recovered from their footers")
     if records:
         ctx.log.info(f"{asset}: {len(records)} of {len(planned)} shard(s) already complete, reused")
-    ctx.log.info(f"{asset}: computing {len(todo)} shard(s) on {ctx.backend}")
+    return records, todo
+
+
+def _run_and_record(
+    ctx: StageContext,
+    asset: str,
+    stage_fp: str,
+    folder: Path,
+    planned: Sequence[_Planned],
+    todo: Sequence[int],
+    records: dict[int, ShardRecord],
+    fn: Callable[[Any], ShardStats],
+    config_json: str,
+) -> dict[str, float]:
+    """Run the ``todo`` shards' tasks on the backend, adding each finished shard's record to
+    ``records`` and to the catalog (in groups, :data:`RECORD_EVERY_S`; a failed run keeps what it
+    finished); the seconds per part of the tasks, summed."""
+    from llm_assets.warehouse.catalog import ShardRecord
+
+    code_version = STAGE_CODE_VERSIONS[asset]
     done = 0
     parts: dict[str, float] = {}
     unrecorded: list[ShardRecord] = []
@@ -305,41 +363,26 @@ def _execute(
         run_on_backend(ctx, asset, folder, fn, [planned[i].task for i in todo], on_result)
     finally:
         record_finished()  # a failed run keeps what it finished
-    # A worker killed mid-shard leaves its temporary files; its retry wrote new ones.
-    if stale := remove_stale_temporaries(folder):
-        ctx.log.info(f"{asset}: removed {stale} temporary file(s) of interrupted attempts")
-    ordered = [records[i] for i in range(len(planned))]
-    report = StageReport(
-        asset=asset,
-        fingerprint=stage_fp,
-        folder=str(folder),
-        shards=ordered,
-        computed=len(todo),
-        skipped=len(planned) - len(todo),
-        seconds=0.0,
-        extra=dict(extra or {}),
-    )
-    report.extra[SECONDS_BY_PART] = _rounded_parts(
-        add_parts(report.extra.get(SECONDS_BY_PART, {}), parts)
-    )
-    for record in ordered:
-        for key, value in shard_stats(record.path).items():
-            report.extra[key] = report.extra.get(key, 0) + value
-    finished = time.time()
-    report.seconds = finished - started
-    if not materialize:
-        return report
+    return parts
+
+
+def _record_materialization(
+    ctx: StageContext, report: StageReport, config: dict[str, Any], started: float, finished: float
+) -> None:
+    """Record the stage's outcome as its asset's current output, then its reject counts (the
+    rejects view follows the current output) and its summary line."""
+    asset = report.asset
     ctx.catalog.record_materialization(
         materialization_id=f"{ctx.run_id}:{asset}",
         asset=asset,
-        fingerprint=stage_fp,
+        fingerprint=report.fingerprint,
         run_id=ctx.run_id,
         backend=ctx.backend,
         config=config,
-        code_version=code_version,
+        code_version=STAGE_CODE_VERSIONS[asset],
         started_at=started,
         finished_at=finished,
-        shards=ordered,
+        shards=report.shards,
         shards_skipped=report.skipped,
         extra=report.extra,
     )
@@ -348,7 +391,6 @@ def _execute(
         f"{asset}: {report.rows_in} rows in, {report.rows_out} out, {report.rows_rejected} "
         f"rejected in {report.seconds:.2f} s"
     )
-    return report
 
 
 def _rounded_parts(parts: dict[str, float]) -> dict[str, float]:
