@@ -6,11 +6,11 @@ from __future__ import annotations
 import os
 import time
 from collections import Counter
-from collections.abc import Sequence
-from dataclasses import asdict, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -23,6 +23,7 @@ from llm_assets.constants import (
 )
 from llm_assets.kernels.batching import (
     BatchSpec,
+    LabelQuota,
     batch_schema_metadata,
     derive_boundaries,
     length_histogram,
@@ -86,6 +87,10 @@ from llm_assets.warehouse.shards import (
     stage_dir,
 )
 
+if TYPE_CHECKING:
+    from llm_assets.kernels.tokenization import TokenizerSpec
+    from llm_assets.warehouse.catalog import ShardRecord
+
 SHUFFLE_BUCKET_BYTES = 8 * 1024 * 1024
 """Target size of one shuffle bucket: decoded bytes of the columns the shuffle holds
 (:func:`~llm_assets.stages.training_batches.scatter.scatter_columns`, token ids as Parquet's
@@ -130,6 +135,46 @@ def shuffle_bucket_count(
     return max(minimum, buckets)
 
 
+@dataclass(frozen=True)
+class _BatchRun:
+    """What every phase of one ``training_batches`` run shares, settled before any work."""
+
+    spec: BatchSpec
+    """With the length buckets derived from the data, when ``bucketed`` needs them."""
+    megatron: bool
+    compression_level: int | None
+    upstream: list[ShardRecord]
+    n_buckets: int
+    config: dict[str, Any]
+    scatter_fp_base: tuple[Any, ...]
+    all_fp: str
+    stage_fp: str
+    folder: Path
+    scatter_root: Path
+    meta: dict[str, str]
+    columns: tuple[str, ...]
+    token_type: str
+    eos_id: int | None
+    augment_tokenizer: TokenizerSpec | None
+    created_at: str
+
+    @property
+    def mixed(self) -> bool:
+        return self.spec.mixture is not None
+
+    @property
+    def labelled(self) -> bool:
+        return LABEL in self.columns
+
+    @property
+    def tokenizer_extra(self) -> dict[str, str]:
+        return {
+            # What a training script passes to the reader's expected_tokenizer_fingerprint.
+            "tokenizer": self.meta.get(f"{TOKENIZER_META}name", ""),
+            "tokenizer_fingerprint": self.meta.get(f"{TOKENIZER_META}fingerprint", ""),
+        }
+
+
 @_catalog_session
 def run_training_batches(
     ctx: StageContext,
@@ -154,6 +199,35 @@ def run_training_batches(
     a folder the reader refuses; a complete folder reused without its marker (an earlier release's)
     gets it, nothing recomputed."""
     started = time.time()
+    run = _prepare(ctx, spec, compression_level, megatron)
+    if stale := remove_stale_temporaries(run.scatter_root):
+        ctx.log.info(f"{TRAINING_BATCHES}: removed {stale} scatter folder(s) of interrupted runs")
+    done = _complete_batches(ctx, run.stage_fp, run.folder, megatron, run.all_fp)
+    if done is not None:
+        planned, extra = _reuse_complete(ctx, run, *done)
+    else:
+        planned, extra = _scatter_and_plan(ctx, run)
+    report = _execute(
+        ctx,
+        asset=TRAINING_BATCHES,
+        stage_fp=run.stage_fp,
+        folder=run.folder,
+        config=run.config,
+        planned=planned,
+        fn=run_gather,
+        extra=extra,
+        started=started,  # every phase (and the planning), not only the gather
+    )
+    _finish(ctx, run, report, reused=done is not None)
+    return report
+
+
+def _prepare(
+    ctx: StageContext, spec: BatchSpec, compression_level: int | None, megatron: bool
+) -> _BatchRun:
+    """Read the filtered shards' state and settle the run: shuffle buckets, config, fingerprints
+    and folders, the tokenizer's metadata; refuses (:class:`StageInputError`) configs that do not
+    go together, before any work."""
     asset = TRAINING_BATCHES
     upstream = _upstream(ctx, FILTERED_DOCUMENTS)
     if not sum(source.rows_out for source in upstream):
@@ -172,6 +246,47 @@ def run_training_batches(
         text=spec.augment != "none",
         repeat=spec.augment_copies + 1,
     )
+    config = _batch_config(spec, compression_level)
+    # What the scatter of one shard depends on besides its bytes; with every shard's checksum,
+    # what every batch file depends on besides the config (the files' source_fingerprint).
+    mixed = spec.mixture is not None
+    scatter_fp_base = scatter_settings(
+        spec.seed, spec.validation_fraction, n_buckets, spec.augment != "none", mixed
+    )
+    all_fp = fingerprint([s.checksum for s in upstream], *scatter_fp_base)
+    stage_fp = fingerprint(asset, STAGE_CODE_VERSIONS[asset], config, all_fp)
+    meta = carried_metadata(upstream[0].path)
+    schema = pq.read_schema(upstream[0].path)
+    eos_id = _eos_id(meta, spec, megatron, sft=PROMPT_TOKENS in schema.names)
+    _refuse_conflicts(spec, schema.names, megatron)
+    augment_tokenizer = _augment_tokenizer(spec, schema.names, meta, megatron)
+    if spec.layout == "bucketed" and spec.bucket_boundaries is None:
+        spec = replace(spec, bucket_boundaries=_derived_boundaries(ctx, spec))
+        ctx.log.info(f"{asset}: length buckets from the data: {spec.bucket_boundaries}")
+    return _BatchRun(
+        spec=spec,
+        megatron=megatron,
+        compression_level=compression_level,
+        upstream=upstream,
+        n_buckets=n_buckets,
+        config=config,
+        scatter_fp_base=scatter_fp_base,
+        all_fp=all_fp,
+        stage_fp=stage_fp,
+        folder=stage_dir(ctx.warehouse_root, asset, stage_fp),
+        scatter_root=stage_dir(ctx.warehouse_root, asset, SCATTER_FOLDER),
+        meta=meta,
+        columns=tuple(schema.names),
+        token_type=str(schema.field(INPUT_IDS).type.value_type),
+        eos_id=eos_id,
+        augment_tokenizer=augment_tokenizer,
+        created_at=_created_at(ctx),
+    )
+
+
+def _batch_config(spec: BatchSpec, compression_level: int | None) -> dict[str, Any]:
+    """The stage config: the spec's fields, those of options left off removed, so that the
+    folders of runs without them keep their names."""
     config = {**asdict(spec), "compression_level": compression_level}
     if spec.balance == "none":  # the folders of runs without it keep their names
         del config["balance"], config["max_copies"]
@@ -179,220 +294,242 @@ def run_training_batches(
         del config["augment"], config["augment_copies"], config["augment_rate"]
     if spec.mixture is None:  # likewise
         del config["mixture"]
-    mixed = spec.mixture is not None
     if spec.layout == "packed" and spec.overflow == "truncate":
         config["cut_eos"] = "masked"  # the EOS after a cut SFT document is not learned
-    # What the scatter of one shard depends on besides its bytes; with every shard's checksum,
-    # what every batch file depends on besides the config (the files' source_fingerprint).
-    scatter_fp_base = scatter_settings(
-        spec.seed, spec.validation_fraction, n_buckets, spec.augment != "none", mixed
-    )
-    all_fp = fingerprint([s.checksum for s in upstream], *scatter_fp_base)
-    stage_fp = fingerprint(asset, STAGE_CODE_VERSIONS[asset], config, all_fp)
-    folder = stage_dir(ctx.warehouse_root, asset, stage_fp)
-    scatter_root = stage_dir(ctx.warehouse_root, asset, SCATTER_FOLDER)
-    meta = carried_metadata(upstream[0].path)
-    schema = pq.read_schema(upstream[0].path)
-    token_type = schema.field(INPUT_IDS).type.value_type
-    eos_id = _eos_id(meta, spec, megatron, sft=PROMPT_TOKENS in schema.names)
-    if spec.layout == "packed" and LABEL in schema.names:
+    return config
+
+
+def _refuse_conflicts(spec: BatchSpec, columns: Sequence[str], megatron: bool) -> None:
+    """A :class:`StageInputError` for settings that do not go together with the documents'
+    columns or the Megatron export."""
+    if spec.layout == "packed" and LABEL in columns:
         raise StageInputError(label_needs_a_padded_layout(spec.layout))
-    labelled = LABEL in schema.names
-    if spec.balance != "none" and not labelled:
+    if spec.balance != "none" and LABEL not in columns:
         raise StageInputError(balance_needs_labels(spec.balance))
     if spec.balance != "none" and megatron:
         raise StageInputError(balance_without_megatron(spec.balance))
-    if mixed and megatron:
+    if spec.mixture is not None and megatron:
         raise StageInputError(MIXTURE_WITHOUT_MEGATRON)
-    augment_tokenizer = _augment_tokenizer(spec, schema.names, meta, megatron)
 
-    if spec.layout == "bucketed" and spec.bucket_boundaries is None:
-        spec = replace(spec, bucket_boundaries=_derived_boundaries(ctx, spec))
-        ctx.log.info(f"{asset}: length buckets from the data: {spec.bucket_boundaries}")
-    created_at = _created_at(ctx)
-    tokenizer_extra = {
-        # What a training script passes to the reader's expected_tokenizer_fingerprint.
-        "tokenizer": meta.get(f"{TOKENIZER_META}name", ""),
-        "tokenizer_fingerprint": meta.get(f"{TOKENIZER_META}fingerprint", ""),
+
+def _reuse_complete(
+    ctx: StageContext, run: _BatchRun, records: list[ShardRecord], recorded: dict[str, Any]
+) -> tuple[list[_Planned], dict[str, Any]]:
+    """The folder of this upstream state and config is complete: reuse it as it is, without the
+    shuffle, whose intermediate files may be gone (``_scatter/`` is safe to delete)."""
+    ctx.log.info(
+        f"{TRAINING_BATCHES}: {run.folder} is complete for this input and config: reused as it is"
+    )
+    planned = [
+        _Planned(r.shard, r.path, r.rejects_path, r.input_fingerprint, r.input_shards, None)
+        for r in records
+    ]
+    extra: dict[str, Any] = {
+        **{
+            k: recorded[k]
+            for k in _RECORDED_BATCH_EXTRAS
+            if k in recorded and (run.megatron or k != "megatron")
+        },
+        "scatter_seconds": 0.0,
+        "shuffle_buckets": run.n_buckets,
+        "source_fingerprint": run.all_fp,
+        **run.tokenizer_extra,
+        SECONDS_BY_PART: {},
     }
-    if stale := remove_stale_temporaries(scatter_root):
-        ctx.log.info(f"{asset}: removed {stale} scatter folder(s) of interrupted runs")
-    if (done := _complete_batches(ctx, stage_fp, folder, megatron, all_fp)) is not None:
-        # The folder of this upstream state and config is complete: reuse it as it is, without
-        # the shuffle, whose intermediate files may be gone (``_scatter/`` is safe to delete).
-        records, recorded = done
-        ctx.log.info(f"{asset}: {folder} is complete for this input and config: reused as it is")
-        planned = [
-            _Planned(r.shard, r.path, r.rejects_path, r.input_fingerprint, r.input_shards, None)
-            for r in records
-        ]
-        extra: dict[str, Any] = {
-            **{
-                k: recorded[k]
-                for k in _RECORDED_BATCH_EXTRAS
-                if k in recorded and (megatron or k != "megatron")
-            },
-            "scatter_seconds": 0.0,
-            "shuffle_buckets": n_buckets,
-            "source_fingerprint": all_fp,
-            **tokenizer_extra,
-            SECONDS_BY_PART: {},
-        }
-    else:
-        # This run writes into the folder (its batch files, its Megatron export): it is not one
-        # complete set until the end, so its marker goes first, and comes back last.
-        if _unmark_complete(folder):
-            ctx.log.info(f"{asset}: {folder} is written again: its {COMPLETE_MARKER} removed")
-        scatter_started = time.perf_counter()
-        scatter_tasks = []
-        scatter_dirs = []
-        for source in upstream:
-            input_fp = fingerprint(source.checksum, *scatter_fp_base)
-            name = scatter_folder_name(
-                source.shard,
-                source.checksum,
-                spec.seed,
-                spec.validation_fraction,
-                n_buckets,
-                text=spec.augment != "none",
-                sources=mixed,
-            )
-            out_dir = str(scatter_root / name)
-            scatter_dirs.append(out_dir)
-            if not scatter_done(out_dir, input_fp, labelled=labelled, sources=mixed):
-                _check_sources(asset, [source])
-                scatter_tasks.append(
-                    ScatterTask(source.shard, source.path, out_dir, input_fp, spec, n_buckets)
-                )
+    return planned, extra
+
+
+def _scatter_and_plan(ctx: StageContext, run: _BatchRun) -> tuple[list[_Planned], dict[str, Any]]:
+    """This run writes into the folder (its batch files, its Megatron export): it is not one
+    complete set until the end, so its marker goes first, and comes back last. Scatter the
+    shards, plan the quotas and the gather tasks, write the Megatron export."""
+    spec = run.spec
+    if _unmark_complete(run.folder):
         ctx.log.info(
-            f"{asset}: shuffling into {n_buckets} bucket(s); scattering {len(scatter_tasks)} of "
-            f"{len(upstream)} shard(s)"
+            f"{TRAINING_BATCHES}: {run.folder} is written again: its {COMPLETE_MARKER} removed"
         )
-        ensure_writable(scatter_root)
-        scatter_parts: dict[str, float] = {}
+    scatter_dirs, scatter_seconds, scatter_parts = _scatter(ctx, run)
+    scattered = _Scattered.read(scatter_dirs)
+    pieces = scatter_pieces(scatter_dirs)
+    prompted = PROMPT_TOKENS in run.columns
+    if spec.mixture is not None:
+        quotas, planned_mixture = _mixture_quotas(
+            ctx, spec.mixture, spec, scattered.file_counts, run.n_buckets, pieces, prompted
+        )
+    else:
+        quotas = _balance_quotas(ctx, spec, scattered.label_counts, run.n_buckets, pieces, prompted)
+    planned = _plan_gather(run, scattered.counts, pieces, quotas)
+    lengths = scattered.lengths
+    extra = {
+        "scatter_seconds": scatter_seconds,
+        "shuffle_buckets": run.n_buckets,
+        "source_fingerprint": run.all_fp,
+        **run.tokenizer_extra,
+        SECONDS_BY_PART: scatter_parts,
+        # Kept in the catalog's record, so that reusing the folder later reports them too.
+        "length_histogram": length_histogram(
+            np.array(list(lengths), np.int64),
+            spec.seq_len,
+            weights=np.array(list(lengths.values())),
+        ),
+    }
+    if spec.bucket_boundaries:
+        extra["bucket_boundaries"] = list(spec.bucket_boundaries)
+    if run.labelled:
+        extra["label_documents_in"] = _per_split(scattered.label_counts)
+    if spec.mixture is not None:
+        extra["mixture_planned"] = planned_mixture
+    if run.megatron:
+        # From the scatter files, like the gather: before it, so that the catalog's record of
+        # the materialization holds the export's paths and its time. In the batches' own folder,
+        # so it belongs to one upstream state as they do.
+        filled = [
+            s
+            for s in SPLITS
+            if any(k.startswith(f"{s}-") and n for k, n in scattered.counts.items())
+        ]
+        extra["megatron"] = _write_megatron(
+            ctx, run.folder, tuple(scatter_dirs), run.n_buckets, run.meta, run.all_fp, filled
+        )
+    return planned, extra
 
-        def scattered(_: int, stats: dict[str, Any]) -> None:
-            nonlocal scatter_parts
-            scatter_parts = add_parts(scatter_parts, stats.get("parts", {}))
 
-        run_on_backend(ctx, asset, scatter_root, run_scatter, scatter_tasks, scattered)
-        scatter_seconds = time.perf_counter() - scatter_started
+def _scatter(ctx: StageContext, run: _BatchRun) -> tuple[list[str], float, dict[str, float]]:
+    """Scatter every filtered shard whose scatter folder is not complete for its input; the
+    scatter folders of all of them, the seconds it took and its seconds per part."""
+    asset = TRAINING_BATCHES
+    spec = run.spec
+    scatter_started = time.perf_counter()
+    scatter_tasks = []
+    scatter_dirs = []
+    for source in run.upstream:
+        input_fp = fingerprint(source.checksum, *run.scatter_fp_base)
+        name = scatter_folder_name(
+            source.shard,
+            source.checksum,
+            spec.seed,
+            spec.validation_fraction,
+            run.n_buckets,
+            text=spec.augment != "none",
+            sources=run.mixed,
+        )
+        out_dir = str(run.scatter_root / name)
+        scatter_dirs.append(out_dir)
+        if not scatter_done(out_dir, input_fp, labelled=run.labelled, sources=run.mixed):
+            _check_sources(asset, [source])
+            scatter_tasks.append(
+                ScatterTask(source.shard, source.path, out_dir, input_fp, spec, run.n_buckets)
+            )
+    ctx.log.info(
+        f"{asset}: shuffling into {run.n_buckets} bucket(s); scattering {len(scatter_tasks)} of "
+        f"{len(run.upstream)} shard(s)"
+    )
+    ensure_writable(run.scatter_root)
+    scatter_parts: dict[str, float] = {}
 
-        counts: Counter[str] = Counter()
-        lengths: Counter[int] = Counter()
-        label_counts: dict[str, Counter[str]] = {}
-        file_counts: dict[str, dict[str, list[int]]] = {}
+    def scattered(_: int, stats: dict[str, Any]) -> None:
+        nonlocal scatter_parts
+        scatter_parts = add_parts(scatter_parts, stats.get("parts", {}))
+
+    run_on_backend(ctx, asset, run.scatter_root, run_scatter, scatter_tasks, scattered)
+    return scatter_dirs, time.perf_counter() - scatter_started, scatter_parts
+
+
+@dataclass
+class _Scattered:
+    """What the scatter manifests count, summed over the scatter folders."""
+
+    counts: Counter[str] = field(default_factory=Counter)
+    """Documents per (split, bucket) key."""
+    lengths: Counter[int] = field(default_factory=Counter)
+    """Documents per token count."""
+    label_counts: dict[str, Counter[str]] = field(default_factory=dict)
+    """Per (split, bucket) key, documents per class label."""
+    file_counts: dict[str, dict[str, list[int]]] = field(default_factory=dict)
+    """Per (split, bucket) key, [documents, tokens] per input file."""
+
+    @classmethod
+    def read(cls, scatter_dirs: Sequence[str]) -> _Scattered:
+        totals = cls()
         for directory in scatter_dirs:
             manifest = read_scatter_manifest(directory)
-            counts.update(manifest["counts"])
-            lengths.update({int(n): d for n, d in manifest["lengths"].items()})
+            totals.counts.update(manifest["counts"])
+            totals.lengths.update({int(n): d for n, d in manifest["lengths"].items()})
             for key, per_label in manifest.get("labels", {}).items():
-                label_counts.setdefault(key, Counter()).update(per_label)
+                totals.label_counts.setdefault(key, Counter()).update(per_label)
             for key, per_file in manifest.get("sources", {}).items():
-                held = file_counts.setdefault(key, {})
+                held = totals.file_counts.setdefault(key, {})
                 for name, (docs, tokens) in per_file.items():
                     was = held.setdefault(name, [0, 0])
                     was[0] += int(docs)
                     was[1] += int(tokens)
-        pieces = scatter_pieces(scatter_dirs)
-        prompted = PROMPT_TOKENS in schema.names
-        if spec.mixture is not None:
-            quotas, planned_mixture = _mixture_quotas(
-                ctx, spec.mixture, spec, file_counts, n_buckets, pieces, prompted
-            )
-        else:
-            quotas = _balance_quotas(ctx, spec, label_counts, n_buckets, pieces, prompted)
-        planned = []
-        for split in SPLITS:
-            for bucket in range(n_buckets):
-                key = scatter_key(split, bucket)
-                if not counts.get(key):
-                    continue
-                out = str(folder / shard_file_name(key))
-                file_meta = {
-                    k.decode(): v.decode()
-                    for k, v in batch_schema_metadata(
-                        spec=spec,
-                        tokenizer_name=meta.get(f"{TOKENIZER_META}name", ""),
-                        tokenizer_fingerprint=meta.get(f"{TOKENIZER_META}fingerprint", ""),
-                        vocab_size=int(meta.get(f"{TOKENIZER_META}vocab_size", "0") or 0),
-                        split=split,
-                        input_fingerprint=all_fp,
-                        created_at=created_at,
-                    ).items()
-                }
-                rej = str(folder / "rejects" / shard_file_name(key))
-                task = GatherTask(
-                    key=key,
-                    split=split,
-                    bucket=bucket,
-                    pieces=tuple(pieces[key]),
-                    output_path=out,
-                    input_fingerprint=all_fp,
+        return totals
+
+
+def _plan_gather(
+    run: _BatchRun,
+    counts: Mapping[str, int],
+    pieces: Mapping[str, Sequence[Any]],
+    quotas: Mapping[int, tuple[LabelQuota, ...]],
+) -> list[_Planned]:
+    """One gather task per (split, bucket) that holds documents."""
+    spec, meta = run.spec, run.meta
+    planned = []
+    for split in SPLITS:
+        for bucket in range(run.n_buckets):
+            key = scatter_key(split, bucket)
+            if not counts.get(key):
+                continue
+            out = str(run.folder / shard_file_name(key))
+            file_meta = {
+                k.decode(): v.decode()
+                for k, v in batch_schema_metadata(
                     spec=spec,
-                    eos_id=eos_id,
-                    pad_id=int(meta[f"{TOKENIZER_META}pad_id"]),
-                    token_type=str(token_type),
-                    metadata=tuple(sorted({**meta, **file_meta}.items())),
-                    compression_level=compression_level,
-                    rejects_path=rej,
-                    balance=quotas.get(bucket, ()) if split == "train" else (),
-                    repeat=spec.augment_copies + 1 if split == "train" else 1,
-                    tokenizer=augment_tokenizer if split == "train" else None,
-                )
-                planned.append(
-                    _Planned(key, out, rej, all_fp, tuple(s.path for s in upstream), task)
-                )
-        extra = {
-            "scatter_seconds": scatter_seconds,
-            "shuffle_buckets": n_buckets,
-            "source_fingerprint": all_fp,
-            **tokenizer_extra,
-            SECONDS_BY_PART: scatter_parts,
-            # Kept in the catalog's record, so that reusing the folder later reports them too.
-            "length_histogram": length_histogram(
-                np.array(list(lengths), np.int64),
-                spec.seq_len,
-                weights=np.array(list(lengths.values())),
-            ),
-        }
-        if spec.bucket_boundaries:
-            extra["bucket_boundaries"] = list(spec.bucket_boundaries)
-        if labelled:
-            extra["label_documents_in"] = _per_split(label_counts)
-        if spec.mixture is not None:
-            extra["mixture_planned"] = planned_mixture
-        if megatron:
-            # From the scatter files, like the gather: before it, so that the catalog's record of
-            # the materialization holds the export's paths and its time. In the batches' own folder,
-            # so it belongs to one upstream state as they do.
-            filled = [
-                s for s in SPLITS if any(k.startswith(f"{s}-") and n for k, n in counts.items())
-            ]
-            extra["megatron"] = _write_megatron(
-                ctx, folder, tuple(scatter_dirs), n_buckets, meta, all_fp, filled
+                    tokenizer_name=meta.get(f"{TOKENIZER_META}name", ""),
+                    tokenizer_fingerprint=meta.get(f"{TOKENIZER_META}fingerprint", ""),
+                    vocab_size=int(meta.get(f"{TOKENIZER_META}vocab_size", "0") or 0),
+                    split=split,
+                    input_fingerprint=run.all_fp,
+                    created_at=run.created_at,
+                ).items()
+            }
+            rej = str(run.folder / "rejects" / shard_file_name(key))
+            task = GatherTask(
+                key=key,
+                split=split,
+                bucket=bucket,
+                pieces=tuple(pieces[key]),
+                output_path=out,
+                input_fingerprint=run.all_fp,
+                spec=spec,
+                eos_id=run.eos_id,
+                pad_id=int(meta[f"{TOKENIZER_META}pad_id"]),
+                token_type=run.token_type,
+                metadata=tuple(sorted({**meta, **file_meta}.items())),
+                compression_level=run.compression_level,
+                rejects_path=rej,
+                balance=quotas.get(bucket, ()) if split == "train" else (),
+                repeat=spec.augment_copies + 1 if split == "train" else 1,
+                tokenizer=run.augment_tokenizer if split == "train" else None,
             )
-    report = _execute(
-        ctx,
-        asset=asset,
-        stage_fp=stage_fp,
-        folder=folder,
-        config=config,
-        planned=planned,
-        fn=run_gather,
-        extra=extra,
-        started=started,  # every phase (and the planning), not only the gather
-    )
-    # Last: written and recorded, the folder is marked complete (or left as marked, when reused).
-    if _mark_complete(folder, stage_fp, all_fp, report.shards) and done is not None:
+            sources = tuple(s.path for s in run.upstream)
+            planned.append(_Planned(key, out, rej, run.all_fp, sources, task))
+    return planned
+
+
+def _finish(ctx: StageContext, run: _BatchRun, report: StageReport, reused: bool) -> None:
+    """Last: written and recorded, the folder is marked complete (or left as marked, when
+    reused); then what the batch files hold is reported and logged."""
+    asset, spec = TRAINING_BATCHES, run.spec
+    if _mark_complete(run.folder, run.stage_fp, run.all_fp, report.shards) and reused:
         ctx.log.info(
-            f"{asset}: {folder} marked complete ({COMPLETE_MARKER}): it was complete, and its "
+            f"{asset}: {run.folder} marked complete ({COMPLETE_MARKER}): it was complete, and its "
             "marker missing (written by a release before the markers, or a run stopped before "
             "marking) or out of date"
         )
     report.extra["documents"] = report.rows_in
     report.extra["sequences"] = report.rows_out
-    if labelled:
+    if run.labelled:
         report.extra["label_documents"] = _label_documents(report)
         ctx.log.info(f"{asset}: documents per class label: {report.extra['label_documents']}")
     if spec.mixture is not None:
@@ -400,9 +537,9 @@ def run_training_batches(
     _log_augment(ctx, report, spec)
     _warn_lost_tokens(ctx, report, spec)
     ctx.log.info(
-        f"{asset}: {extra['scatter_seconds']:.2f} s of the {report.seconds:.2f} s were scattering"
+        f"{asset}: {report.extra['scatter_seconds']:.2f} s of the {report.seconds:.2f} s were "
+        "scattering"
     )
-    return report
 
 
 def _derived_boundaries(ctx: StageContext, spec: BatchSpec) -> tuple[int, ...]:

@@ -130,6 +130,31 @@ def _mixture_quotas(
     the layout uses (:func:`~llm_assets.stages.training_batches.gather.trainable`), as the balance
     of the classes does."""
     asset = TRAINING_BATCHES
+    files, source_of = _sources_of_files(mixture, file_counts)
+    train, tokens = _train_by_source(spec, file_counts, n_buckets, pieces, prompted, source_of)
+    documents = {s.name: sum(b.get(s.name, 0) for b in train.values()) for s in mixture.sources}
+    _refuse_sources_without_documents(mixture, documents, files, source_of, prompted)
+    amounts = {
+        name: tokens.get(name, 0) if mixture.by == "tokens" else n for name, n in documents.items()
+    }
+    if mixture.by == "tokens" and (empty := [n for n, a in amounts.items() if not a]):
+        raise StageInputError(
+            f"{asset}.config.mixture: source(s) {empty} have train documents but no token: "
+            "weigh by documents (mixture.by: documents)"
+        )
+    targets = mixture_targets(documents, amounts, mixture)
+    quotas = spread_quotas(train, targets)
+    planned = _mixture_plan(mixture, documents, tokens, amounts, targets)
+    _log_mixture_plan(ctx, mixture, spec, planned, prompted)
+    _warn_mixture_costs(ctx, mixture, documents, targets, planned)
+    return quotas, planned
+
+
+def _sources_of_files(
+    mixture: MixtureSpec, file_counts: Mapping[str, Mapping[str, Sequence[int]]]
+) -> tuple[dict[str, int], dict[str, str | None]]:
+    """The documents of each input file, and the source each belongs to; a
+    :class:`StageInputError` naming the files that belong to none."""
     files: dict[str, int] = {}
     for per_file in file_counts.values():
         for name, (docs, _) in per_file.items():
@@ -139,11 +164,23 @@ def _mixture_quotas(
         shown = ", ".join(repr(name) for name in unmatched[:5])
         more = f" and {len(unmatched) - 5} more" if len(unmatched) > 5 else ""
         raise StageInputError(
-            f"{asset}.config.mixture: {sum(files[n] for n in unmatched):,} document(s) of "
-            f"{len(unmatched)} input file(s) belong to no source: {shown}{more}. Every input "
+            f"{TRAINING_BATCHES}.config.mixture: {sum(files[n] for n in unmatched):,} document(s) "
+            f"of {len(unmatched)} input file(s) belong to no source: {shown}{more}. Every input "
             "file must belong to one: add it to a source's files (paths and patterns relative "
             "to the input folder; a last source with files: ['*'] holds every file left)"
         )
+    return files, source_of
+
+
+def _train_by_source(
+    spec: BatchSpec,
+    file_counts: Mapping[str, Mapping[str, Sequence[int]]],
+    n_buckets: int,
+    pieces: Mapping[str, Sequence[Any]],
+    prompted: bool,
+    source_of: Mapping[str, str | None],
+) -> tuple[dict[int, dict[str, int]], dict[str, int]]:
+    """The train documents of each source per bucket, and the train tokens of each source."""
     train: dict[int, dict[str, int]] = {}
     tokens: dict[str, int] = {}
     for bucket in range(n_buckets):
@@ -160,7 +197,17 @@ def _mixture_quotas(
             held[source] = held.get(source, 0) + int(docs)
             tokens[source] = tokens.get(source, 0) + int(n_tokens)
         train[bucket] = held
-    documents = {s.name: sum(b.get(s.name, 0) for b in train.values()) for s in mixture.sources}
+    return train, tokens
+
+
+def _refuse_sources_without_documents(
+    mixture: MixtureSpec,
+    documents: Mapping[str, int],
+    files: Mapping[str, int],
+    source_of: Mapping[str, str | None],
+    prompted: bool,
+) -> None:
+    """A :class:`StageInputError` for the first source without a train document, saying why."""
     for source in mixture.sources:
         if documents[source.name]:
             continue
@@ -193,25 +240,26 @@ def _mixture_quotas(
                 "rejects WHERE source_file LIKE '<pattern>' GROUP BY ALL)"
             )
         raise StageInputError(
-            f"{asset}.config.mixture: source {source.name!r} (files {list(source.files)}) has "
-            f"no train document: {why}"
+            f"{TRAINING_BATCHES}.config.mixture: source {source.name!r} (files "
+            f"{list(source.files)}) has no train document: {why}"
         )
-    amounts = {
-        name: tokens.get(name, 0) if mixture.by == "tokens" else n for name, n in documents.items()
-    }
-    if mixture.by == "tokens" and (empty := [n for n, a in amounts.items() if not a]):
-        raise StageInputError(
-            f"{asset}.config.mixture: source(s) {empty} have train documents but no token: "
-            "weigh by documents (mixture.by: documents)"
-        )
-    targets = mixture_targets(documents, amounts, mixture)
-    quotas = spread_quotas(train, targets)
+
+
+def _mixture_plan(
+    mixture: MixtureSpec,
+    documents: Mapping[str, int],
+    tokens: Mapping[str, int],
+    amounts: Mapping[str, int],
+    targets: Mapping[str, int],
+) -> dict[str, dict[str, Any]]:
+    """What the quotas plan per source: its weight and share, its train documents and tokens,
+    its share of the amounts before, the documents it keeps and the share they are expected to
+    hold."""
     shares = mixture.shares
     amount_total = sum(amounts.values())
     expected = {name: amounts[name] * targets[name] / documents[name] for name in documents}
     expected_total = sum(expected.values()) or 1
-    unit = "tokens" if mixture.by == "tokens" else "documents"
-    planned = {
+    return {
         source.name: {
             "weight": source.weight,
             "share": round(shares[source.name], 6),
@@ -223,8 +271,18 @@ def _mixture_quotas(
         }
         for source in mixture.sources
     }
+
+
+def _log_mixture_plan(
+    ctx: StageContext,
+    mixture: MixtureSpec,
+    spec: BatchSpec,
+    planned: Mapping[str, Mapping[str, Any]],
+    prompted: bool,
+) -> None:
+    unit = "tokens" if mixture.by == "tokens" else "documents"
     ctx.log.info(
-        f"{asset}: mixture {mixture.mode} by {mixture.by}: train "
+        f"{TRAINING_BATCHES}: mixture {mixture.mode} by {mixture.by}: train "
         + ", ".join(
             f"{name!r} {p['train_documents']:,} documents ({p['share_before']:.1%} of the "
             f"{unit}) -> {p['documents']:,} ({p['expected_share']:.1%}, share {p['share']:.1%})"
@@ -242,6 +300,18 @@ def _mixture_quotas(
             else ""
         )
     )
+
+
+def _warn_mixture_costs(
+    ctx: StageContext,
+    mixture: MixtureSpec,
+    documents: Mapping[str, int],
+    targets: Mapping[str, int],
+    planned: Mapping[str, Mapping[str, Any]],
+) -> None:
+    """A WARNING where the mixture costs much (see :func:`_mixture_quotas`)."""
+    asset = TRAINING_BATCHES
+    unit = "tokens" if mixture.by == "tokens" else "documents"
     most = {name: -(-targets[name] // documents[name]) for name in documents}
     if mixture.mode == "oversample" and max(most.values()) > BALANCE_COPIES_WARNING:
         heavy = sorted(name for name, n in most.items() if n > BALANCE_COPIES_WARNING)
@@ -276,4 +346,3 @@ def _mixture_quotas(
             f"{asset}: mixture leaves source(s) {gone} without a train document: their share "
             "is less than one document"
         )
-    return quotas, planned
