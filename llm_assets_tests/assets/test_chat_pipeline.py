@@ -371,7 +371,7 @@ def test_tool_calling_conversations_learn_their_calls_end_to_end(tmp_path):
     cover each call as Qwen writes it, in ``<tool_call>`` tags, and each answer in text, each
     with ``<|im_end|>``; the tools are in every prompt; nothing is rejected."""
     from llm_assets_tests.conftest import gpt2_folder
-    from llm_assets_tests.lib.test_chat_tools import QWEN25, TOOLS
+    from llm_assets_tests.kernels.test_chat_tools import QWEN25, TOOLS
 
     tokenizer = gpt2_folder(tmp_path / "tok", ["<|im_start|>", "<|im_end|>"], special=True)
     gpt2_folder(tokenizer, ["<tool_call>", "</tool_call>"], special=False)
