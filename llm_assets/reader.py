@@ -89,16 +89,17 @@ settings) it was computed from; equal in every file of one consistent set."""
 
 
 SPLITS = ("train", "validation")
-"""The splits the pipeline writes (as ``llm_assets.tasks.SPLITS``): one of them with no file in a
-batches folder is empty; any other name is refused as unknown."""
+"""The splits the pipeline writes (as ``llm_assets.stages.training_batches.scatter.SPLITS``): one
+of them with no file in a batches folder is empty; any other name is refused as unknown."""
 
 _PART = re.compile(r"^part-(?P<split>.+)-(?P<bucket>\d+)\.parquet$")
 
 COMPLETE_MARKER = "_COMPLETE.json"
-"""The completion marker of a batches folder (as ``llm_assets.stages.COMPLETE_MARKER``), written
-last, atomically, by the run that wrote and recorded the whole folder, and removed before a run
-changes any of its files. A JSON object: ``files`` maps each batch file's name to its ``rows``,
-``bytes`` and ``checksum``; ``megatron`` maps each split of the export to its ``prefix`` (relative
+"""The completion marker of a batches folder (as
+``llm_assets.stages.training_batches.completion.COMPLETE_MARKER``), written last, atomically, by
+the run that wrote and recorded the whole folder, and removed before a run changes any of its
+files. A JSON object: ``files`` maps each batch file's name to its ``rows``, ``bytes`` and
+``checksum``; ``megatron`` maps each split of the export to its ``prefix`` (relative
 to the folder), ``bin_bytes`` and ``idx_bytes``; also ``fingerprint`` (the folder's name) and
 ``source_fingerprint``. Its name starts with ``_``, so nothing takes it for a batch file."""
 

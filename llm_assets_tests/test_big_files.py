@@ -16,7 +16,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llm_assets import stages
 from llm_assets.compute.backends import make_backend
 from llm_assets.constants import (
     FILTERED_DOCUMENTS,
@@ -31,7 +30,13 @@ from llm_assets.kernels.filters.length import LengthFilterSpec
 from llm_assets.kernels.ingest.read import IngestSpec
 from llm_assets.kernels.normalize import NormalizeSpec
 from llm_assets.kernels.tokenize.spec import TokenizerSpec
-from llm_assets.tasks import row_group_parts
+from llm_assets.stages.engine import StageContext, StageInputError, StageReport
+from llm_assets.stages.filtered_documents.driver import run_filtered_documents
+from llm_assets.stages.normalized_documents import run_normalized_documents
+from llm_assets.stages.raw_documents import run_raw_documents
+from llm_assets.stages.shard_io import row_group_parts
+from llm_assets.stages.tokenized_documents import run_tokenized_documents
+from llm_assets.stages.training_batches.driver import run_training_batches
 from llm_assets.warehouse.catalog import Catalog
 from llm_assets.warehouse.shards import fingerprint
 
@@ -81,8 +86,8 @@ def test_row_group_parts_cover_every_group_once_in_order(tmp_path_factory, group
         assert sum(groups[a : b + 1]) > max_rows
 
 
-def _ctx(root: Path, backend: str = "in_process") -> stages.StageContext:
-    return stages.StageContext(
+def _ctx(root: Path, backend: str = "in_process") -> StageContext:
+    return StageContext(
         warehouse_root=root,
         catalog=Catalog(root / "catalog.duckdb"),
         compute=make_backend(backend, workers=2),
@@ -92,19 +97,19 @@ def _ctx(root: Path, backend: str = "in_process") -> stages.StageContext:
 
 
 def _run_all(
-    ctx: stages.StageContext, input_dir: Path, rows_per_shard: int = ROWS_PER_SHARD
-) -> dict[str, stages.StageReport]:
+    ctx: StageContext, input_dir: Path, rows_per_shard: int = ROWS_PER_SHARD
+) -> dict[str, StageReport]:
     reports = {
-        RAW_DOCUMENTS: stages.run_raw_documents(ctx, input_dir, INGEST, rows_per_shard),
-        NORMALIZED_DOCUMENTS: stages.run_normalized_documents(ctx, NormalizeSpec()),
-        TOKENIZED_DOCUMENTS: stages.run_tokenized_documents(ctx, TokenizerSpec()),
-        FILTERED_DOCUMENTS: stages.run_filtered_documents(ctx, LengthFilterSpec(min_tokens=10)),
+        RAW_DOCUMENTS: run_raw_documents(ctx, input_dir, INGEST, rows_per_shard),
+        NORMALIZED_DOCUMENTS: run_normalized_documents(ctx, NormalizeSpec()),
+        TOKENIZED_DOCUMENTS: run_tokenized_documents(ctx, TokenizerSpec()),
+        FILTERED_DOCUMENTS: run_filtered_documents(ctx, LengthFilterSpec(min_tokens=10)),
     }
-    reports["training_batches"] = stages.run_training_batches(ctx, BatchSpec())
+    reports["training_batches"] = run_training_batches(ctx, BatchSpec())
     return reports
 
 
-def _outputs(ctx: stages.StageContext) -> dict[str, list]:
+def _outputs(ctx: StageContext) -> dict[str, list]:
     """Every stage's documents and the training batches' rows, in a layout-free order."""
     query = ctx.catalog.query
     out = {
@@ -163,9 +168,9 @@ def test_parts_are_reused_and_a_lost_part_alone_is_computed_again(tmp_path, corp
     assert all(report.computed == 0 for report in again.values())
     # As a run killed in the middle of normalized_documents leaves it: one part missing.
     Path(again[NORMALIZED_DOCUMENTS].shards[3].path).unlink()
-    after = stages.run_normalized_documents(ctx, NormalizeSpec())
+    after = run_normalized_documents(ctx, NormalizeSpec())
     assert (after.computed, after.skipped) == (1, 5)
-    assert stages.run_tokenized_documents(ctx, TokenizerSpec()).computed == 0  # same checksum
+    assert run_tokenized_documents(ctx, TokenizerSpec()).computed == 0  # same checksum
     assert _outputs(ctx) == first
 
 
@@ -173,8 +178,8 @@ def test_a_shard_no_bigger_than_rows_per_shard_keeps_its_key_and_fingerprint(tmp
     """Shards that need no cut are planned as before splitting existed, so an upgraded
     warehouse reuses them rather than computing them again."""
     ctx = _ctx(tmp_path / "wh")
-    raw = stages.run_raw_documents(ctx, corpora[".jsonl"], INGEST, ROWS_PER_SHARD)
-    normalized = stages.run_normalized_documents(ctx, NormalizeSpec())
+    raw = run_raw_documents(ctx, corpora[".jsonl"], INGEST, ROWS_PER_SHARD)
+    normalized = run_normalized_documents(ctx, NormalizeSpec())
     assert [s.shard for s in normalized.shards] == [s.shard for s in raw.shards]
     assert [s.input_fingerprint for s in normalized.shards] == [
         fingerprint(s.checksum) for s in raw.shards
@@ -183,10 +188,10 @@ def test_a_shard_no_bigger_than_rows_per_shard_keeps_its_key_and_fingerprint(tmp
 
 def test_a_big_file_is_cut_by_the_rows_per_shard_it_was_ingested_with(tmp_path, corpora):
     ctx = _ctx(tmp_path / "wh")
-    stages.run_raw_documents(ctx, corpora[".jsonl.gz"], INGEST, rows_per_shard=ROWS)
-    assert len(stages.run_normalized_documents(ctx, NormalizeSpec()).shards) == 1
-    stages.run_raw_documents(ctx, corpora[".jsonl.gz"], INGEST, rows_per_shard=1000)
-    assert len(stages.run_normalized_documents(ctx, NormalizeSpec()).shards) == 3
+    run_raw_documents(ctx, corpora[".jsonl.gz"], INGEST, rows_per_shard=ROWS)
+    assert len(run_normalized_documents(ctx, NormalizeSpec()).shards) == 1
+    run_raw_documents(ctx, corpora[".jsonl.gz"], INGEST, rows_per_shard=1000)
+    assert len(run_normalized_documents(ctx, NormalizeSpec()).shards) == 3
 
 
 def test_the_parts_run_on_a_process_pool_with_the_same_output(tmp_path, corpora):
@@ -231,13 +236,13 @@ def test_a_damaged_big_raw_shard_fails_naming_it_and_what_to_do(tmp_path, corpor
     the stage's own error naming it (before: a bare ArrowInvalid, 'Parquet magic bytes not
     found'), and materializing raw_documents again repairs it."""
     ctx = _ctx(tmp_path / "wh")
-    raw = stages.run_raw_documents(ctx, corpora[".jsonl.gz"], INGEST, ROWS_PER_SHARD)
+    raw = run_raw_documents(ctx, corpora[".jsonl.gz"], INGEST, ROWS_PER_SHARD)
     path = Path(raw.shards[0].path)
     path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
-    with pytest.raises(stages.StageInputError, match="changed or damaged since they were recorded"):
-        stages.run_normalized_documents(ctx, NormalizeSpec())
-    assert stages.run_raw_documents(ctx, corpora[".jsonl.gz"], INGEST, ROWS_PER_SHARD).computed == 1
-    assert len(stages.run_normalized_documents(ctx, NormalizeSpec()).shards) == 6
+    with pytest.raises(StageInputError, match="changed or damaged since they were recorded"):
+        run_normalized_documents(ctx, NormalizeSpec())
+    assert run_raw_documents(ctx, corpora[".jsonl.gz"], INGEST, ROWS_PER_SHARD).computed == 1
+    assert len(run_normalized_documents(ctx, NormalizeSpec()).shards) == 6
 
 
 def test_a_json_lines_file_named_json_is_cut_into_line_ranges(tmp_path, corpora):
@@ -249,12 +254,12 @@ def test_a_json_lines_file_named_json_is_cut_into_line_ranges(tmp_path, corpora)
     (folder / "corpus.json").write_bytes((corpora[".jsonl"] / "corpus.jsonl").read_bytes())
     (folder / "array.json").write_text('[{"text": "one"},\n{"text": "two"}]\n' * 1)
     ctx = _ctx(tmp_path / "wh")
-    raw = stages.run_raw_documents(ctx, folder, INGEST, ROWS_PER_SHARD)
+    raw = run_raw_documents(ctx, folder, INGEST, ROWS_PER_SHARD)
     assert Counter(s.shard.split("-")[0] for s in raw.shards) == {"corpus.json": 5, "array.json": 1}
     assert ctx.catalog.query("SELECT reason FROM raw_documents_rejects WHERE "
                              "source_file = 'array.json'") == [("corrupt_file",)]  # fmt: skip
     plain = _ctx(tmp_path / "plain")
-    stages.run_raw_documents(plain, corpora[".jsonl"], INGEST, ROWS_PER_SHARD)
+    run_raw_documents(plain, corpora[".jsonl"], INGEST, ROWS_PER_SHARD)
     documents = "SELECT source_line, text, metadata FROM raw_documents WHERE source_file LIKE "
     assert ctx.catalog.query(documents + "'corpus.json%' ORDER BY 1") == plain.catalog.query(
         documents + "'corpus.json%' ORDER BY 1"

@@ -16,7 +16,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "llm_assets"
 
 LOWER_LAYERS = ("llm_assets.kernels", "llm_assets.compute", "llm_assets.warehouse")
-ABOVE_THEM = ("llm_assets.stages", "llm_assets.tasks", "llm_assets.bench", "llm_assets.assets")
+ABOVE_THEM = ("llm_assets.stages", "llm_assets.bench", "llm_assets.assets")
 """What the lower layers must not import: the stages (driver and worker halves), the benchmark
 and the assets."""
 DAGSTER_RESOURCES = ("llm_assets.compute.resource", "llm_assets.warehouse.resource")
@@ -25,11 +25,7 @@ import Dagster (the rest runs in workers, scripts and the benchmark without it).
 DAGSTER_INTERNALS = "llm_assets.orchestration.instance"
 """The one module allowed to import ``dagster._core``; its docstring says why."""
 
-KNOWN_EXCEPTIONS: tuple[tuple[str, str], ...] = (
-    # Being fixed on other branches of issue 34; empty this tuple once they are merged.
-    ("llm_assets.kernels.quality", "llm_assets.kernels.filters"),  # filters <-> quality cycle
-    ("llm_assets.warehouse.prune", "llm_assets.stages"),  # the warehouse imports the driver
-)
+KNOWN_EXCEPTIONS: tuple[tuple[str, str], ...] = ()
 """Imports (importer, imported) that break the rules today and are left out of the checks."""
 
 

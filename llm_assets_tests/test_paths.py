@@ -9,7 +9,8 @@ import pytest
 from llm_assets.assets.pipeline import PIPELINE_ASSET_DEFS
 from llm_assets.compute.resource import ComputeResource
 from llm_assets.paths import DATA_ROOT_ENV, PathEscapeError, inside, resolve_data_root
-from llm_assets.stages import StageInputError, list_input_files
+from llm_assets.stages.engine import StageInputError
+from llm_assets.stages.raw_documents import list_input_files
 from llm_assets.warehouse.resource import WarehouseResource
 from llm_assets_tests.assets.test_pipeline import _failure_message
 from llm_assets_tests.conftest import pipeline_run_config

@@ -395,9 +395,9 @@ def test_megatron_prefixes_are_given_only_for_the_export_the_marker_lists(batche
 
 def test_the_reader_and_the_stage_name_the_same_marker():
     """The stage cannot import the reader (torch), so each names the marker: the same name."""
-    from llm_assets import stages
+    from llm_assets.stages.training_batches import completion
 
-    assert stages.COMPLETE_MARKER == COMPLETE_MARKER
+    assert completion.COMPLETE_MARKER == COMPLETE_MARKER
     assert COMPLETE_MARKER.startswith("_") and not COMPLETE_MARKER.startswith("part-")
 
 

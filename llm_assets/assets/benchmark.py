@@ -6,12 +6,12 @@ import shutil
 import dagster as dg
 from pydantic import Field
 
-from llm_assets import stages
 from llm_assets.bench.reference import REFERENCE_RUNNERS
 from llm_assets.bench.report import image_markdown, markdown_report, winners, write_charts
 from llm_assets.bench.runner import BenchmarkPlan, RunResult, Workload, run_benchmark, summarize
 from llm_assets.constants import BENCHMARK_REPORT, CATALOG_POOL
 from llm_assets.machine import git_commit, machine_info
+from llm_assets.stages.raw_documents import DEFAULT_ROWS_PER_SHARD
 from llm_assets.warehouse.benchmarks import HISTORY_SQL, RESULTS_TABLE, record_results
 from llm_assets.warehouse.resource import WarehouseResource
 
@@ -38,7 +38,7 @@ class BenchmarkConfig(dg.Config):
         description="Largest size for the study's Ray runner (one remote call per row: slow)",
     )
     warmup: bool = Field(True, description="One unmeasured warm-up run per runner first")
-    rows_per_shard: int = Field(stages.DEFAULT_ROWS_PER_SHARD, description="Rows per shard")
+    rows_per_shard: int = Field(DEFAULT_ROWS_PER_SHARD, description="Rows per shard")
     seed: int = Field(0, description="Seed of the generated corpora")
 
 

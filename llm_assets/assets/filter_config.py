@@ -10,11 +10,11 @@ from typing import Any
 import dagster as dg
 from pydantic import Field, create_model
 
-from llm_assets import stages
 from llm_assets.kernels.filters.base import Filter, Inputs, Setting
 from llm_assets.kernels.filters.chain import FilterSpec
 from llm_assets.kernels.filters.registry import registry
 from llm_assets.paths import inside
+from llm_assets.stages.raw_documents import list_input_files
 
 
 def _field(setting: Setting) -> tuple[Any, Any]:
@@ -47,7 +47,7 @@ def filter_spec(config: dg.Config, data_root: Path) -> FilterSpec:
     settings into its spec, which refuses bad ones. Paths must resolve inside the data root."""
     inputs = Inputs(
         resolve=lambda path, setting: inside(path, data_root, setting),
-        input_files=lambda folder: stages.list_input_files(folder, data_root),
+        input_files=lambda folder: list_input_files(folder, data_root),
     )
     values = config.model_dump()
     parts: dict[str, Any] = {}

@@ -8,7 +8,6 @@ from typing import Any, Literal
 import dagster as dg
 from pydantic import Field
 
-from llm_assets import stages
 from llm_assets.assets.config import Form, config_class, to_spec
 from llm_assets.assets.filter_config import FilterConfig, filter_spec
 from llm_assets.assets.reporting import materialize_result, sft_example_markdown
@@ -33,6 +32,25 @@ from llm_assets.kernels.normalize import NormalizeSpec
 from llm_assets.kernels.tokenize.gpt2 import GPT2
 from llm_assets.kernels.tokenize.spec import TokenizerSpec
 from llm_assets.paths import inside
+from llm_assets.stages.engine import StageContext, StageInputError
+from llm_assets.stages.filtered_documents.driver import run_filtered_documents
+from llm_assets.stages.normalized_documents import run_normalized_documents
+from llm_assets.stages.raw_documents import (
+    DEFAULT_ROWS_PER_SHARD,
+    list_input_files,
+    run_raw_documents,
+)
+from llm_assets.stages.tokenized_documents import run_tokenized_documents, tokenizer_metadata
+from llm_assets.stages.training_batches.checks import (
+    MIXTURE_WITHOUT_MEGATRON,
+    _eos_id,
+    augment_without_megatron,
+    augment_without_prompts,
+    balance_needs_labels,
+    balance_without_megatron,
+    label_needs_a_padded_layout,
+)
+from llm_assets.stages.training_batches.driver import run_training_batches
 from llm_assets.warehouse.resource import WarehouseResource
 
 RawDocumentsConfig = config_class(
@@ -55,7 +73,7 @@ RawDocumentsConfig = config_class(
         "rows_per_shard": (
             int,
             Field(
-                stages.DEFAULT_ROWS_PER_SHARD,
+                DEFAULT_ROWS_PER_SHARD,
                 description=(
                     "Rows per shard, the unit of work, parallelism and restart: plain JSONL files "
                     "are cut into ranges of this many lines and Parquet files into ranges of "
@@ -120,10 +138,10 @@ def _check(asset: str) -> list[dg.AssetCheckSpec]:
 
 def _context(
     context: dg.AssetExecutionContext, compute: ComputeResource, warehouse: WarehouseResource
-) -> stages.StageContext:
+) -> StageContext:
     catalog = warehouse.catalog()
     compute.use_warehouse_catalog(str(catalog.path))
-    return stages.StageContext(
+    return StageContext(
         warehouse_root=warehouse.root_path,
         catalog=catalog,
         compute=compute,
@@ -167,7 +185,7 @@ def validate_run_config(
     The same builders as the assets', so nothing is checked twice in two ways. Cheap for the
     defaults: GPT-2 is not built, only a custom flagged-word list is read (once per process),
     and a local tokenizer is built once per process while its files are unchanged. Raises
-    :class:`~llm_assets.stages.StageInputError`.
+    :class:`~llm_assets.stages.engine.StageInputError`.
     """
     ops = (run_config or {}).get("ops") or {}
 
@@ -191,7 +209,7 @@ def validate_run_config(
     both = {RAW_DOCUMENTS, TOKENIZED_DOCUMENTS}
     unprompted = tokenizer.chat_template is None and tokenizer.prompt_template is None
     if (steps is None or both <= steps) and ingest.chat_field is not None and unprompted:
-        raise stages.StageInputError(
+        raise StageInputError(
             f"{RAW_DOCUMENTS}.config.chat_field is {ingest.chat_field!r} but "
             f"{TOKENIZED_DOCUMENTS}.config.chat_template is not set: each answer would be "
             "tokenized without the conversation before it (and learned as if unprompted). "
@@ -201,19 +219,19 @@ def validate_run_config(
     if steps is None or TRAINING_BATCHES in steps:
         _check_eos(tokenizer, batches, megatron=batches_config.megatron)
         if filters.label is not None and batches.layout == "packed":
-            raise stages.StageInputError(stages.label_needs_a_padded_layout(batches.layout))
+            raise StageInputError(label_needs_a_padded_layout(batches.layout))
         if batches.balance != "none" and batches_config.megatron:
-            raise stages.StageInputError(stages.balance_without_megatron(batches.balance))
+            raise StageInputError(balance_without_megatron(batches.balance))
         labels_unset = filters.label is None and (steps is None or FILTERED_DOCUMENTS in steps)
         if batches.balance != "none" and labels_unset:
-            raise stages.StageInputError(stages.balance_needs_labels(batches.balance))
+            raise StageInputError(balance_needs_labels(batches.balance))
         if batches.mixture is not None and batches_config.megatron:
-            raise stages.StageInputError(stages.MIXTURE_WITHOUT_MEGATRON)
+            raise StageInputError(MIXTURE_WITHOUT_MEGATRON)
         if batches.augment != "none" and batches_config.megatron:
-            raise stages.StageInputError(stages.augment_without_megatron(batches.augment))
+            raise StageInputError(augment_without_megatron(batches.augment))
         tokenizing = steps is None or TOKENIZED_DOCUMENTS in steps
         if batches.augment != "none" and tokenizing and not unprompted:
-            raise stages.StageInputError(stages.augment_without_prompts(batches.augment))
+            raise StageInputError(augment_without_prompts(batches.augment))
 
 
 def _check_eval_sets_are_not_input(decontam: DecontamSpec, input_dir: str, root: Path) -> None:
@@ -223,14 +241,14 @@ def _check_eval_sets_are_not_input(decontam: DecontamSpec, input_dir: str, root:
     set. Only checked when the run ingests (else ``input_dir`` is not the one the documents came
     from); an input folder that cannot be listed is left to ``raw_documents`` to name."""
     try:
-        inputs = {path.resolve(): rel for path, rel in stages.list_input_files(input_dir, root)}
+        inputs = {path.resolve(): rel for path, rel in list_input_files(input_dir, root)}
     except ValueError:  # StageInputError: raw_documents fails on it, with its own message
         return
     read = [(name, inputs[Path(path)]) for path, name in decontam.files if Path(path) in inputs]
     if read:
         listed = ", ".join(f"{name!r} (input file {rel!r})" for name, rel in read[:3])
         more = f" and {len(read) - 3} more" if len(read) > 3 else ""
-        raise stages.StageInputError(
+        raise StageInputError(
             f"{FILTERED_DOCUMENTS}.config.decontaminate.paths: the eval file(s) {listed}{more} "
             f"are also read as input by {RAW_DOCUMENTS} (input_dir {input_dir!r}): their records "
             f"would be training documents, and those under min_ngram "
@@ -249,18 +267,18 @@ def run_steps(context: dg.AssetExecutionContext) -> frozenset[str]:
 
 def _check_eos(tokenizer: TokenizerSpec, batches: BatchSpec, *, megatron: bool) -> None:
     """Before any work, the check ``training_batches`` makes on its input's footer
-    (:func:`~llm_assets.stages._eos_id`), made on the footer the tokenizer will write: else a
-    tokenizer without EOS fails the last step, after tokenizing and filtering everything. A
-    bare ``tokenizer.json`` is the usual cause: it names no special token's role, which the
-    ``tokenizer_config.json`` that ``save_pretrained`` writes beside it does."""
+    (:func:`~llm_assets.stages.training_batches.checks._eos_id`), made on the footer the tokenizer
+    will write: else a tokenizer without EOS fails the last step, after tokenizing and filtering
+    everything. A bare ``tokenizer.json`` is the usual cause: it names no special token's role,
+    which the ``tokenizer_config.json`` that ``save_pretrained`` writes beside it does."""
     try:
-        stages._eos_id(
-            stages.tokenizer_metadata(tokenizer),
+        _eos_id(
+            tokenizer_metadata(tokenizer),
             batches,
             megatron,
             sft=tokenizer.prompt_template is not None or tokenizer.chat_template is not None,
         )
-    except stages.StageInputError as exc:
+    except StageInputError as exc:
         path = Path(tokenizer.name)
         if tokenizer.name == GPT2 or not path.is_file():
             raise
@@ -269,7 +287,7 @@ def _check_eos(tokenizer: TokenizerSpec, batches: BatchSpec, *, megatron: bool) 
             if (path.parent / "tokenizer_config.json").is_file()
             else "a folder written by save_pretrained"
         )
-        raise stages.StageInputError(
+        raise StageInputError(
             f"{exc}. {TOKENIZED_DOCUMENTS}: tokenizer {tokenizer.name!r} is a bare tokenizer "
             "file, which names no EOS (nor padding) token: transformers reads them from a "
             f"tokenizer_config.json; set tokenizer to {folder}"
@@ -283,7 +301,7 @@ def _config_errors(op: str) -> Iterator[None]:
     try:
         yield
     except (ValueError, OSError) as exc:  # pydantic's ValidationError is a ValueError too
-        raise stages.StageInputError(f"{op}: {exc}") from exc
+        raise StageInputError(f"{op}: {exc}") from exc
 
 
 def tokenizer_spec(config: dg.Config, data_root: Path) -> TokenizerSpec:
@@ -318,7 +336,7 @@ def raw_documents(
     validate_run_config(context.run.run_config, warehouse.data_root_path, run_steps(context))
     spec = to_spec(config)
     ctx = _context(context, compute, warehouse)
-    report = stages.run_raw_documents(
+    report = run_raw_documents(
         ctx, config.input_dir, spec, config.rows_per_shard, data_root=warehouse.data_root_path
     )
     return materialize_result(report, ctx.catalog, None)
@@ -335,7 +353,7 @@ def normalized_documents(
     validate_run_config(context.run.run_config, warehouse.data_root_path, run_steps(context))
     spec = to_spec(config)
     ctx = _context(context, compute, warehouse)
-    report = stages.run_normalized_documents(ctx, spec)
+    report = run_normalized_documents(ctx, spec)
     return materialize_result(report, ctx.catalog, RAW_DOCUMENTS, preset=config.preset)
 
 
@@ -353,7 +371,7 @@ def tokenized_documents(
     validate_run_config(context.run.run_config, warehouse.data_root_path, run_steps(context))
     spec = tokenizer_spec(config, warehouse.data_root_path)
     ctx = _context(context, compute, warehouse)
-    report = stages.run_tokenized_documents(ctx, spec)
+    report = run_tokenized_documents(ctx, spec)
     sft = {}
     if spec.prompt_template is not None or spec.chat_template is not None:
         example = sft_example_markdown(report, spec.build())
@@ -378,7 +396,7 @@ def filtered_documents(
     validate_run_config(context.run.run_config, warehouse.data_root_path, run_steps(context))
     spec = filter_spec(config, warehouse.data_root_path)
     ctx = _context(context, compute, warehouse)
-    report = stages.run_filtered_documents(ctx, spec)
+    report = run_filtered_documents(ctx, spec)
     steps = ", ".join(step.name for step in spec.steps())  # the chain, plugins included
     return materialize_result(report, ctx.catalog, TOKENIZED_DOCUMENTS, filters=steps)
 
@@ -396,7 +414,7 @@ def training_batches(
     validate_run_config(context.run.run_config, warehouse.data_root_path, run_steps(context))
     spec = _batch_spec(config)
     ctx = _context(context, compute, warehouse)
-    report = stages.run_training_batches(ctx, spec, config.zstd_level, megatron=config.megatron)
+    report = run_training_batches(ctx, spec, config.zstd_level, megatron=config.megatron)
     tokens = report.extra.get("tokens", 0)
     padding = report.extra.get("padding_tokens", 0)
     return materialize_result(

@@ -14,7 +14,7 @@ from llm_assets.compute.resource import ComputeResource
 from llm_assets.constants import ROWS_REJECTED_CHECK, TRAINING_BATCHES
 from llm_assets.kernels.schema import DOC_ID, INPUT_IDS, LEARNED_SPANS, PROMPT_TOKENS
 from llm_assets.kernels.tokenize.tokenizer import Tokenizer
-from llm_assets.stages import StageReport
+from llm_assets.stages.engine import StageReport
 from llm_assets.warehouse.catalog import Catalog
 
 _SAMPLE_ROWS = 5

@@ -34,7 +34,7 @@ import pyarrow.compute as pc
 
 from llm_assets.kernels.normalize import NormalizeSpec, normalize_array
 from llm_assets.kernels.tokenize.spec import TokenizerSpec
-from llm_assets.tasks import KERNEL_BATCH_ROWS
+from llm_assets.stages.shard_io import KERNEL_BATCH_ROWS
 
 STUDY_NORMALIZE = "ascii_lower"
 

@@ -13,7 +13,7 @@ from typing import Any
 from llm_assets.bench.reference import STUDY_RESULTS, StudyRow
 from llm_assets.bench.runner import OURS, REFERENCE, STARTUP, RunResult, Summary
 from llm_assets.machine import machine_info
-from llm_assets.tasks import PARTS, add_parts
+from llm_assets.stages.shard_io import PARTS, add_parts
 
 SIZE_MATCH = 0.10
 """The study's published row is set beside a re-measured size only within this share of its rows

@@ -1,7 +1,7 @@
 """Run the study's workload through our assets' own code, and the study's runners, and measure.
 
 Our pipeline is driven exactly as the assets drive it: :mod:`llm_assets.stages` ``run_*`` with a
-:class:`~llm_assets.stages.StageContext` on a fresh temporary warehouse and catalog, and a real
+:class:`StageContext` on a fresh temporary warehouse and catalog, and a real
 backend from :func:`~llm_assets.compute.backends.make_backend`. Every measured repetition starts
 from an empty warehouse (no shard is reused) and starts its backend itself: worker spawn or the
 local Ray start is inside the wall time, and also reported on its own as ``startup_seconds``.
@@ -30,7 +30,6 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from llm_assets import stages
 from llm_assets.bench.measure import ResourceSampler
 from llm_assets.bench.reference import REFERENCE_RUNNERS, STUDY_MIN_TOKENS, run_reference
 from llm_assets.compute.backends import (
@@ -54,6 +53,12 @@ from llm_assets.kernels.filters.length import LengthFilterSpec
 from llm_assets.kernels.ingest.read import IngestSpec
 from llm_assets.kernels.normalize import NormalizeSpec
 from llm_assets.kernels.tokenize.spec import TokenizerSpec
+from llm_assets.stages.engine import SECONDS_BY_PART, StageContext
+from llm_assets.stages.filtered_documents.driver import run_filtered_documents
+from llm_assets.stages.normalized_documents import run_normalized_documents
+from llm_assets.stages.raw_documents import DEFAULT_ROWS_PER_SHARD, run_raw_documents
+from llm_assets.stages.tokenized_documents import run_tokenized_documents
+from llm_assets.stages.training_batches.driver import run_training_batches
 from llm_assets.warehouse.catalog import Catalog
 
 OURS = "ours"
@@ -83,7 +88,7 @@ class Workload:
         default_factory=lambda: LengthFilterSpec(min_tokens=STUDY_MIN_TOKENS)
     )
     batches: BatchSpec = field(default_factory=BatchSpec)
-    rows_per_shard: int = stages.DEFAULT_ROWS_PER_SHARD
+    rows_per_shard: int = DEFAULT_ROWS_PER_SHARD
 
 
 @dataclass
@@ -110,7 +115,7 @@ class RunResult:
     stage_seconds: dict[str, float] = field(default_factory=dict)
     stage_parts: dict[str, dict[str, float]] = field(default_factory=dict)
     """Per stage, its shard tasks' seconds per part (read, compute, write, commit), summed over
-    shards and processes (:data:`llm_assets.stages.SECONDS_BY_PART`)."""
+    shards and processes (:data:`llm_assets.stages.engine.SECONDS_BY_PART`)."""
     cpu_seconds: float = 0.0
     peak_total_pss_mb: float = 0.0
     peak_driver_rss_mb: float = 0.0
@@ -256,28 +261,28 @@ def run_pipeline(
     try:
         _startup(compute)
         startup = time.perf_counter() - started
-        ctx = stages.StageContext(
+        ctx = StageContext(
             warehouse_root=root,
             catalog=Catalog(root / CATALOG_FILE),
             compute=compute,
             log=log,
             backend=backend,
         )
-        raw = stages.run_raw_documents(
+        raw = run_raw_documents(
             ctx, input_dir, IngestSpec(), rows_per_shard=workload.rows_per_shard
         )
         stage_seconds[RAW_DOCUMENTS] = raw.seconds
-        normalized = stages.run_normalized_documents(ctx, workload.normalize)
+        normalized = run_normalized_documents(ctx, workload.normalize)
         stage_seconds[NORMALIZED_DOCUMENTS] = normalized.seconds
-        tokenized = stages.run_tokenized_documents(ctx, workload.tokenizer)
+        tokenized = run_tokenized_documents(ctx, workload.tokenizer)
         stage_seconds[TOKENIZED_DOCUMENTS] = tokenized.seconds
-        filtered = stages.run_filtered_documents(ctx, workload.filter)
+        filtered = run_filtered_documents(ctx, workload.filter)
         stage_seconds[FILTERED_DOCUMENTS] = filtered.seconds
-        batches = stages.run_training_batches(ctx, workload.batches)
+        batches = run_training_batches(ctx, workload.batches)
         stage_seconds[TRAINING_BATCHES] = batches.seconds
         stage_seconds[f"{TRAINING_BATCHES}.scatter"] = float(batches.extra["scatter_seconds"])
         stage_parts = {
-            report.asset: dict(report.extra[stages.SECONDS_BY_PART])
+            report.asset: dict(report.extra[SECONDS_BY_PART])
             for report in (raw, normalized, tokenized, filtered, batches)
         }
         seconds = time.perf_counter() - started

@@ -31,7 +31,8 @@ from llm_assets.orchestration.run_config import (
     pipeline_run_config,
     watched_folder,
 )
-from llm_assets.stages import StageInputError, list_input_files
+from llm_assets.stages.engine import StageInputError
+from llm_assets.stages.raw_documents import list_input_files
 
 SENSOR_INTERVAL_SECONDS = 30
 RETRY_AFTER_SECONDS = 300.0

@@ -381,7 +381,8 @@ class Catalog:
         }
         # An asset whose current rejects file is gone (deleted by hand) would make the view, and
         # so every stage's record, fail: it is left out, with a warning, until that asset is
-        # materialized again (its stage then recomputes the shard: see stages._unchanged).
+        # materialized again (its stage then recomputes the shard: see the stage engine's
+        # _unchanged).
         gone = sorted(
             {
                 a

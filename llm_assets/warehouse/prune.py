@@ -55,13 +55,13 @@ from llm_assets.constants import (
     PIPELINE_ASSETS,
     TRAINING_BATCHES,
 )
-from llm_assets.stages import DEDUP_MEMO, SCATTER_FOLDER, scatter_folder_name
 from llm_assets.warehouse.catalog import (
     Catalog,
     CatalogLockedError,
     CatalogUnreadableError,
     ShardRecord,
 )
+from llm_assets.warehouse.layout import DEDUP_MEMO, SCATTER_FOLDER, scatter_folder_name
 
 DEFAULT_KEEP_BATCHES = 2
 """Earlier ``training_batches`` folders kept besides the current one: a training job started on

@@ -12,11 +12,13 @@ import dagster as dg
 import pyarrow.parquet as pq
 import pytest
 
-from llm_assets import stages
 from llm_assets.constants import FILTERED_DOCUMENTS, TRAINING_BATCHES
 from llm_assets.kernels.batching.spec import BatchSpec
 from llm_assets.kernels.tokenize.spec import TokenizerSpec
 from llm_assets.reader import TokenBatchDataset
+from llm_assets.stages.engine import StageInputError
+from llm_assets.stages.tokenized_documents import tokenizer_metadata
+from llm_assets.stages.training_batches.checks import _augment_tokenizer
 from llm_assets.warehouse.prune import _current_scatter_names
 from llm_assets.warehouse.resource import WarehouseResource
 from llm_assets_tests.assets.test_balance_pipeline import (
@@ -255,17 +257,17 @@ def test_the_stage_refuses_sft_rows_and_a_tokenizer_changed_since_tokenization(t
     see how its input was made): SFT rows; a tokenizer whose files are not those that made the
     ids; one that can no longer be built."""
     spec = BatchSpec(layout="padded", augment="eda", augment_copies=1)
-    meta = stages.tokenizer_metadata(TokenizerSpec())
+    meta = tokenizer_metadata(TokenizerSpec())
     columns = ["doc_id", "input_ids", "text"]
-    assert stages._augment_tokenizer(spec, columns, meta, megatron=False) == TokenizerSpec(
+    assert _augment_tokenizer(spec, columns, meta, megatron=False) == TokenizerSpec(
         engine=meta["llm_assets.tokenizer.engine"]
     )
-    with pytest.raises(stages.StageInputError, match="the documents are SFT or chat rows"):
-        stages._augment_tokenizer(spec, [*columns, "prompt_tokens"], meta, megatron=False)
+    with pytest.raises(StageInputError, match="the documents are SFT or chat rows"):
+        _augment_tokenizer(spec, [*columns, "prompt_tokens"], meta, megatron=False)
     changed = {**meta, "llm_assets.tokenizer.fingerprint": "sha256:0000"}
-    with pytest.raises(stages.StageInputError, match="has changed since tokenized_documents"):
-        stages._augment_tokenizer(spec, columns, changed, megatron=False)
+    with pytest.raises(StageInputError, match="has changed since tokenized_documents"):
+        _augment_tokenizer(spec, columns, changed, megatron=False)
     gone = {**meta, "llm_assets.tokenizer.name": str(tmp_path / "deleted-tokenizer")}
-    with pytest.raises(stages.StageInputError, match="cannot be built"):
-        stages._augment_tokenizer(spec, columns, gone, megatron=False)
-    assert stages._augment_tokenizer(BatchSpec(), columns, changed, megatron=True) is None
+    with pytest.raises(StageInputError, match="cannot be built"):
+        _augment_tokenizer(spec, columns, gone, megatron=False)
+    assert _augment_tokenizer(BatchSpec(), columns, changed, megatron=True) is None

@@ -13,7 +13,6 @@ import dagster as dg
 import pyarrow.parquet as pq
 import pytest
 
-from llm_assets import stages
 from llm_assets.constants import TRAINING_BATCHES
 from llm_assets.reader import (
     COMPLETE_MARKER,
@@ -23,6 +22,8 @@ from llm_assets.reader import (
     batch_files,
     megatron_prefixes,
 )
+from llm_assets.stages.training_batches import driver as batches_driver
+from llm_assets.stages.training_batches.gather import run_gather
 from llm_assets.warehouse.resource import WarehouseResource
 from llm_assets_tests.assets.test_pipeline import materializations, materialize
 
@@ -31,7 +32,7 @@ from llm_assets_tests.assets.test_pipeline import materializations, materialize
 def two_buckets(monkeypatch):
     """The sample is under one 8 MB shuffle bucket: 2 buckets per split, so 4 batch files, as
     in the reported case (a run killed in the gather after 3 of them)."""
-    monkeypatch.setattr(stages, "SHUFFLE_BUCKET_BYTES", 400_000)
+    monkeypatch.setattr(batches_driver, "SHUFFLE_BUCKET_BYTES", 400_000)
 
 
 def _rows(root: Path) -> dict[str, int]:
@@ -92,11 +93,11 @@ def test_a_folder_a_gather_stopped_in_is_refused_until_a_run_completes_it(
     def stopped(task):
         raise RuntimeError("stopped in the gather")
 
-    gather = stages.run_gather
-    monkeypatch.setattr(stages, "run_gather", stopped)
+    gather = run_gather
+    monkeypatch.setattr(batches_driver, "run_gather", stopped)
     failed = materialize(sample_input, root, training_batches=batches)
     assert not failed.success
-    monkeypatch.setattr(stages, "run_gather", gather)
+    monkeypatch.setattr(batches_driver, "run_gather", gather)
     # What a killed gather leaves: 3 of the 4 files, no marker.
     assert len(list(folder.glob("part-*.parquet"))) == 3
     assert not (folder / COMPLETE_MARKER).exists()

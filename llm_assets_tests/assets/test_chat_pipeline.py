@@ -16,7 +16,7 @@ from llm_assets.assets.pipeline import PIPELINE_ASSET_DEFS
 from llm_assets.compute.resource import ComputeResource
 from llm_assets.kernels.schema import make_doc_id
 from llm_assets.kernels.tokenize.spec import TokenizerSpec
-from llm_assets.stages import StageInputError
+from llm_assets.stages.engine import StageInputError
 from llm_assets.warehouse.catalog import Catalog
 from llm_assets.warehouse.resource import WarehouseResource
 from llm_assets_tests.conftest import pipeline_run_config

@@ -15,7 +15,8 @@ import pytest
 
 from llm_assets.assets.pipeline import validate_run_config
 from llm_assets.constants import FILTERED_DOCUMENTS, TRAINING_BATCHES
-from llm_assets.stages import SCATTER_FOLDER, StageInputError
+from llm_assets.stages.engine import StageInputError
+from llm_assets.warehouse.layout import SCATTER_FOLDER
 from llm_assets.warehouse.prune import plan_prune
 from llm_assets.warehouse.resource import WarehouseResource
 from llm_assets_tests.assets.test_pipeline import (

@@ -15,7 +15,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from llm_assets import stages
 from llm_assets.assets.pipeline import PIPELINE_ASSET_DEFS, validate_run_config
 from llm_assets.compute.resource import ComputeResource
 from llm_assets.constants import (
@@ -27,7 +26,8 @@ from llm_assets.constants import (
     TRAINING_BATCHES,
 )
 from llm_assets.kernels.batching.metadata import length_histogram
-from llm_assets.stages import StageInputError
+from llm_assets.stages.engine import StageInputError
+from llm_assets.stages.training_batches import driver as batches_driver
 from llm_assets.warehouse.resource import WarehouseResource
 from llm_assets_tests.conftest import REPO, pipeline_run_config
 
@@ -440,7 +440,7 @@ def test_padded_layout_masks_padding(sample_input, tmp_path, monkeypatch):
     """Padding is masked out of the labels; the shuffle buckets of the padded layout hold a
     bounded number of padded tokens (before: only the token ids counted, so short documents
     padded to a long seq_len all went to one gather task: 1.4 GB for 3,000 documents at 32,768)."""
-    monkeypatch.setattr(stages, "PADDED_TOKENS_PER_BUCKET", 16 * 1024)
+    monkeypatch.setattr(batches_driver, "PADDED_TOKENS_PER_BUCKET", 16 * 1024)
     result = materialize(
         sample_input, tmp_path / "wh", training_batches={"layout": "padded", "seq_len": 64}
     )
@@ -767,11 +767,9 @@ def test_each_upstream_state_has_its_own_batches_folder_and_going_back_reuses_it
     the third run overwrote two files in place and left the ascii_lower run's third bucket beside
     them (the reader returned its sequences too), and it recomputed everything, scatter
     included, because the second run had overwritten the files and their catalog rows."""
-    from llm_assets import stages
-
     # The sample is under one 8 MB shuffle bucket; a smaller target lets the bucket count follow
     # the data here as it does at scale: 2 buckets for the default, 3 for ascii_lower.
-    monkeypatch.setattr(stages, "SHUFFLE_BUCKET_BYTES", 400_000)
+    monkeypatch.setattr(batches_driver, "SHUFFLE_BUCKET_BYTES", 400_000)
     root = tmp_path / "wh"
     batches = {"megatron": True}
     states = []

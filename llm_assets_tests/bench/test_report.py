@@ -12,7 +12,7 @@ from llm_assets.bench.report import (
     study_table,
 )
 from llm_assets.bench.runner import OURS, REFERENCE, RunResult, summarize
-from llm_assets.tasks import PARTS
+from llm_assets.stages.shard_io import PARTS
 
 
 def _run(runner: str, backend: str, repetition: int, seconds: float) -> RunResult:

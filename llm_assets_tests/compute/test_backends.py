@@ -286,7 +286,10 @@ def test_driving_the_stages_without_dagster_does_not_import_it():
     import sys
 
     code = (
-        "import sys, llm_assets.bench.runner, llm_assets.compute.backends, llm_assets.stages\n"
+        "import sys, llm_assets.bench.runner, llm_assets.compute.backends\n"
+        "import llm_assets.stages.raw_documents, llm_assets.stages.normalized_documents\n"
+        "import llm_assets.stages.tokenized_documents, llm_assets.stages.training_batches.driver\n"
+        "import llm_assets.stages.filtered_documents.driver\n"
         "assert 'dagster' not in sys.modules, sorted(m for m in sys.modules if 'dagster' in m)\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from llm_assets import stages
 from llm_assets.compute.in_process import InProcessBackend
 from llm_assets.constants import FILTERED_DOCUMENTS, PIPELINE_ASSETS, TRAINING_BATCHES
 from llm_assets.kernels.batching.spec import BatchSpec
@@ -20,16 +19,24 @@ from llm_assets.kernels.ingest.read import IngestSpec
 from llm_assets.kernels.normalize import NormalizeSpec
 from llm_assets.kernels.tokenize.spec import TokenizerSpec
 from llm_assets.reader import check_complete
+from llm_assets.stages.engine import StageContext, StageReport
+from llm_assets.stages.filtered_documents.dedup import _dedup_memo
+from llm_assets.stages.filtered_documents.driver import run_filtered_documents
+from llm_assets.stages.normalized_documents import run_normalized_documents
+from llm_assets.stages.raw_documents import run_raw_documents
+from llm_assets.stages.tokenized_documents import run_tokenized_documents
+from llm_assets.stages.training_batches.driver import run_training_batches
 from llm_assets.warehouse import prune as prune_module
 from llm_assets.warehouse.catalog import Catalog, CatalogLockedError
+from llm_assets.warehouse.layout import DEDUP_MEMO
 from llm_assets.warehouse.prune import main, prune
 from llm_assets_tests.conftest import SAMPLE_DIR
 
 FILTER = FilterSpec.standard(quality=None, repetition=None)  # dedup on: an annotate phase
 
 
-def _ctx(root: Path) -> stages.StageContext:
-    return stages.StageContext(
+def _ctx(root: Path) -> StageContext:
+    return StageContext(
         warehouse_root=root,
         catalog=Catalog(root / "catalog.duckdb"),
         compute=InProcessBackend(),
@@ -37,24 +44,24 @@ def _ctx(root: Path) -> stages.StageContext:
     )
 
 
-def _run(ctx: stages.StageContext, input_dir: Path, preset: str = "default", seed: int = 0):
+def _run(ctx: StageContext, input_dir: Path, preset: str = "default", seed: int = 0):
     reports = [
-        stages.run_raw_documents(ctx, input_dir, IngestSpec(), 1000),
-        stages.run_normalized_documents(ctx, NormalizeSpec(preset=preset)),
-        stages.run_tokenized_documents(ctx, TokenizerSpec()),
-        stages.run_filtered_documents(ctx, FILTER),
-        stages.run_training_batches(ctx, BatchSpec(seed=seed)),
+        run_raw_documents(ctx, input_dir, IngestSpec(), 1000),
+        run_normalized_documents(ctx, NormalizeSpec(preset=preset)),
+        run_tokenized_documents(ctx, TokenizerSpec()),
+        run_filtered_documents(ctx, FILTER),
+        run_training_batches(ctx, BatchSpec(seed=seed)),
     ]
     return {report.asset: report for report in reports}
 
 
-def _views(ctx: stages.StageContext) -> dict[str, list]:
+def _views(ctx: StageContext) -> dict[str, list]:
     return {
         asset: ctx.catalog.query(f"SELECT * FROM {asset} ORDER BY ALL") for asset in PIPELINE_ASSETS
     } | {"rejects": ctx.catalog.query("SELECT * FROM rejects ORDER BY ALL")}
 
 
-def _batches_folder(report: stages.StageReport) -> Path:
+def _batches_folder(report: StageReport) -> Path:
     return Path(report.shards[0].path).parent
 
 
@@ -243,17 +250,17 @@ def test_the_dedup_decisions_the_last_step_used_are_kept_even_if_older(tmp_path)
     _run(ctx, inputs)
     (inputs / "again.jsonl").unlink()
     _run(ctx, inputs)
-    memo = next(ctx.warehouse_root.rglob(f"dedup/{stages.DEDUP_MEMO}"))
+    memo = next(ctx.warehouse_root.rglob(f"dedup/{DEDUP_MEMO}"))
     used = Path(json.loads(memo.read_text())["path"])
     newest = max(memo.parent.glob("drops-*.parquet"), key=lambda p: p.stat().st_mtime)
     assert newest != used  # the case at hand
     removed = {Path(i.path) for i in prune(ctx.warehouse_root, dry_run=False).remove}
     assert newest in removed and used.exists()
-    assert stages._dedup_memo(memo, json.loads(memo.read_text())["key"]) is not None
+    assert _dedup_memo(memo, json.loads(memo.read_text())["key"]) is not None
 
 
 # --- what a review found prune could lose -------------------------------------------------------
-def _current_files(ctx: stages.StageContext) -> set[Path]:
+def _current_files(ctx: StageContext) -> set[Path]:
     files = set()
     for asset in PIPELINE_ASSETS:
         for shard in ctx.catalog.current_shards(asset):
@@ -327,17 +334,17 @@ def test_the_progress_of_a_run_that_did_not_finish_is_kept_for_its_retry(grown):
     pruning to free space keeps them (before: removed with their folder, as no current output
     is in it), and the retry computes only the rest."""
     ctx, *_ = grown
-    failing = stages.StageContext(
+    failing = StageContext(
         warehouse_root=ctx.warehouse_root,
         catalog=ctx.catalog,
         compute=_KilledAfter(3),
         log=logging.getLogger("test"),
     )
     with pytest.raises(RuntimeError, match="no space left"):
-        stages.run_normalized_documents(failing, NormalizeSpec(preset="none"))
+        run_normalized_documents(failing, NormalizeSpec(preset="none"))
     plan = prune(ctx.warehouse_root, dry_run=False)
     assert any(prune_module.UNFINISHED in item.why for item in plan.keep)
-    retry = stages.run_normalized_documents(ctx, NormalizeSpec(preset="none"))
+    retry = run_normalized_documents(ctx, NormalizeSpec(preset="none"))
     assert (retry.computed, retry.skipped) == (len(retry.shards) - 3, 3)
 
 

@@ -64,7 +64,7 @@ def _read_parquet(
         try:
             batch_size = parquet_batch_rows(meta, spec.batch_rows, spec.batch_bytes)
             # One row group at a time: iter_batches over the whole file keeps buffers that grow
-            # with the file (see llm_assets.tasks.row_group_batches).
+            # with the file (see llm_assets.stages.shard_io.row_group_batches).
             for group in range(first, end):
                 for record_batch in parquet.iter_batches(batch_size=batch_size, row_groups=[group]):
                     yield _parquet_result(record_batch, rows_read, source_file, spec)

@@ -24,7 +24,7 @@ from llm_assets.kernels.ingest.records import (
     NON_STRING_TEXT,
 )
 from llm_assets.kernels.schema import CHAT_MESSAGES, make_doc_id
-from llm_assets.stages import spec_fields
+from llm_assets.stages.engine import spec_fields
 
 CHAT = IngestSpec(chat_field="messages")
 HISTORY = [

@@ -22,7 +22,7 @@ from llm_assets.kernels.ingest.records import (
     NOT_AN_OBJECT,
 )
 from llm_assets.kernels.schema import make_doc_id
-from llm_assets.stages import line_ranges
+from llm_assets.stages.raw_documents import line_ranges
 from llm_assets_tests.kernels.ingest.test_read import LINES, read, reasons
 
 

@@ -1,11 +1,8 @@
-"""Worker-side tasks on real Parquet: the scatter/gather protocol of ``training_batches``."""
+"""Worker side of the shuffle on real Parquet: the scatter of ``training_batches``."""
 
 from __future__ import annotations
 
-import os
-import time
 from collections import Counter
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -15,34 +12,28 @@ import pytest
 
 from llm_assets.kernels.batching.shuffle import assign_buckets, assign_splits, shuffle_keys
 from llm_assets.kernels.batching.spec import BatchSpec
-from llm_assets.kernels.filters.length import LengthFilterSpec, filter_length
 from llm_assets.kernels.schema import (
     DOC_ID,
     INPUT_IDS,
-    N_TOKENS,
-    SOURCE_FILE,
-    SOURCE_LINE,
     TEXT,
-    StageResult,
 )
-from llm_assets.tasks import (
-    PARTS,
+from llm_assets.stages.shard_io import PARTS
+from llm_assets.stages.training_batches.scatter import (
     SCATTER_FILE,
     SCATTER_MANIFEST,
     SPLITS,
-    MapTask,
     ScatterTask,
     read_scatter_bucket,
     read_scatter_manifest,
     read_scatter_pieces,
-    row_group_batches,
-    run_map,
     run_scatter,
     scatter_done,
     scatter_pieces,
 )
 
 SPEC = BatchSpec(seed=3, validation_fraction=0.2)
+
+
 N_BUCKETS = 5
 
 
@@ -111,69 +102,6 @@ def test_scatter_writes_one_file_per_shard_and_every_bucket_reads_back_whole(tmp
     assert np.any(validation) and not np.all(validation)
 
 
-def _length_task(tmp_path: Path, n_tokens: list[int]) -> MapTask:
-    rows = len(n_tokens)
-    pq.write_table(
-        pa.table(
-            {
-                DOC_ID: [f"d{i}" for i in range(rows)],
-                SOURCE_FILE: ["f.jsonl"] * rows,
-                SOURCE_LINE: pa.array(range(1, rows + 1), pa.int64()),
-                TEXT: [f"text {i}" for i in range(rows)],
-                N_TOKENS: pa.array(n_tokens, pa.int32()),
-            }
-        ),
-        tmp_path / "in.parquet",
-    )
-    return MapTask(
-        key="s0",
-        input_path=str(tmp_path / "in.parquet"),
-        output_path=str(tmp_path / "out" / "part-s0.parquet"),
-        rejects_path=str(tmp_path / "out" / "rejects" / "part-s0.parquet"),
-        input_fingerprint="in-fp",
-        kernel=filter_length,
-        spec=LengthFilterSpec(min_tokens=10),
-        batch_rows=2,
-    )
-
-
-def test_a_shard_without_rejects_writes_no_rejects_file_and_removes_a_stale_one(tmp_path):
-    """Rejects go to their own file only when there are any; a rejects file a killed attempt
-    left at the path is removed when the retry rejects nothing (so no stale rejects remain)."""
-    task = _length_task(tmp_path, [12, 3, 40, 9, 10])
-    stats = run_map(task)
-    assert (stats.rows_in, stats.rows_out, stats.rows_rejected) == (5, 3, 2)
-    assert stats.rejects_path == task.rejects_path
-    rejects = pq.read_table(task.rejects_path)
-    assert rejects[DOC_ID].to_pylist() == ["d1", "d3"]
-    assert set(rejects["reason"].to_pylist()) == {"too_few_tokens"}
-
-    clean = _length_task(tmp_path, [12, 30, 40])
-    stats = run_map(clean)
-    assert (stats.rows_in, stats.rows_out, stats.rows_rejected) == (3, 3, 0)
-    assert stats.rejects_path is None
-    assert not Path(clean.rejects_path).exists()
-    assert pq.read_table(clean.output_path).num_rows == 3
-    assert not list((tmp_path / "out").rglob("*.tmp-*"))
-
-
-def _slow_length_filter(table: pa.Table, spec: LengthFilterSpec) -> StageResult:
-    time.sleep(0.05)
-    return filter_length(table, spec)
-
-
-def test_a_task_splits_its_time_into_read_compute_write_and_commit(tmp_path):
-    """The kernel's time is compute, not read: the batches' reads are timed on their own, inside
-    the pulls that also run the kernel. The parts happen in turn, within the task's time."""
-    task = replace(_length_task(tmp_path, [12, 3, 40, 9, 10]), kernel=_slow_length_filter)
-    stats = run_map(task)  # 3 batches of at most 2 rows
-    assert list(stats.parts) == list(PARTS)
-    assert stats.parts["compute"] >= 0.15
-    assert 0 < stats.parts["read"] < 0.1
-    assert stats.parts["write"] > 0 and stats.parts["commit"] > 0
-    assert sum(stats.parts.values()) <= stats.seconds
-
-
 def test_scatter_pieces_are_the_ipc_files_batches_and_a_short_file_is_an_error(tmp_path):
     """Each (split, bucket) is read from two known byte ranges; the file stays a plain Arrow IPC
     file any reader opens. A file cut short fails naming it; a shard without rows has no
@@ -204,46 +132,12 @@ def test_scatter_pieces_are_the_ipc_files_batches_and_a_short_file_is_an_error(t
     assert read_scatter_bucket([str(empty)], "train", 0) is None
 
 
-_SEEN_BATCHES: list[int] = []
-
-
-def _recording_kernel(table: pa.Table, spec: object) -> StageResult:
-    """Keeps every row and notes the size of the batch it was given."""
-    _SEEN_BATCHES.append(table.num_rows)
-    return StageResult(table, table.slice(0, 0))
-
-
-def _own(tmp_path: Path) -> Path:
-    folder = tmp_path / "length"
-    folder.mkdir()
-    return folder
-
-
-def test_a_stage_reads_wide_rows_in_batches_bounded_by_bytes(tmp_path, monkeypatch):
-    """A shard of large documents is read in batches of at most BATCH_BYTES (before: 8,192 rows
-    whatever their size, so every stage after raw_documents held a shard of 1,000 one-MB
-    documents at once: 1.6 GB just to read it). Rows of a few KiB still come 8,192 at a time."""
-    from llm_assets import tasks
-
-    monkeypatch.setattr(tasks, "BATCH_BYTES", 64 * 1024)
-    rows = 60
-    texts = [os.urandom(5_000).hex() for _ in range(rows)]  # 10,000 characters, no dictionary
-    table = pa.table({DOC_ID: [f"d{i}" for i in range(rows)], TEXT: texts})
-    pq.write_table(table, tmp_path / "in.parquet", row_group_size=25)
-    task = replace(_length_task(_own(tmp_path), [1]), kernel=_recording_kernel, batch_rows=8192)
-    task = replace(task, input_path=str(tmp_path / "in.parquet"))
-    _SEEN_BATCHES.clear()
-    stats = run_map(task)
-    assert stats.rows_out == rows
-    assert sum(_SEEN_BATCHES) == rows and max(_SEEN_BATCHES) <= 64 * 1024 // 10_000
-
-
 def test_a_large_shard_is_scattered_chunk_by_chunk_with_the_same_buckets(tmp_path, monkeypatch):
     """A shard over ``SCATTER_CHUNK_BYTES`` is scattered a few row groups at a time (before: read
     whole, so one big input file, one shard at every stage, took a worker to 931 MB). Every
     (split, bucket) then has a batch per chunk, and holds the same documents, with the same
     manifest counts and length histogram, as a scatter of the whole shard."""
-    from llm_assets import tasks
+    from llm_assets.stages.training_batches import scatter
 
     docs = {f"doc-{i:05d}": list(range(i % 9 + 1)) for i in range(900)}
     table = pa.table(
@@ -256,7 +150,7 @@ def test_a_large_shard_is_scattered_chunk_by_chunk_with_the_same_buckets(tmp_pat
     pq.write_table(table, tmp_path / "in.parquet", row_group_size=100)
     whole, chunked = tmp_path / "whole", tmp_path / "chunked"
     run_scatter(ScatterTask("s", str(tmp_path / "in.parquet"), str(whole), "fp", SPEC, N_BUCKETS))
-    monkeypatch.setattr(tasks, "SCATTER_CHUNK_BYTES", 1)  # one row group per chunk
+    monkeypatch.setattr(scatter, "SCATTER_CHUNK_BYTES", 1)  # one row group per chunk
     stats = run_scatter(
         ScatterTask("s", str(tmp_path / "in.parquet"), str(chunked), "fp", SPEC, N_BUCKETS)
     )
@@ -272,14 +166,3 @@ def test_a_large_shard_is_scattered_chunk_by_chunk_with_the_same_buckets(tmp_pat
             assert (a is None) == (b is None)
             if a is not None:
                 assert a.sort_by(DOC_ID).equals(b.sort_by(DOC_ID))
-
-
-def test_row_group_batches_are_the_files_rows_in_order(tmp_path):
-    """Read one row group at a time (pyarrow's iter_batches over a whole file holds buffers that
-    grow with the file): the same rows, in order, in batches of at most the size asked."""
-    table = pa.table({"n": pa.array(range(1000)), "s": pa.array([str(i) for i in range(1000)])})
-    pq.write_table(table, tmp_path / "t.parquet", row_group_size=300)
-    with pq.ParquetFile(tmp_path / "t.parquet") as source:
-        batches = list(row_group_batches(source, 128, ["n"]))
-    assert max(b.num_rows for b in batches) <= 128
-    assert pa.Table.from_batches(batches).column("n").to_pylist() == list(range(1000))
