@@ -10,7 +10,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-from llm_assets.bench.runner import OURS, REFERENCE, RunResult, summarize
+from llm_assets.bench.runner import OURS, REFERENCE, summarize
 from llm_assets.warehouse.benchmarks import (
     _RESULTS_SQL,
     HISTORY_SQL,
@@ -19,23 +19,8 @@ from llm_assets.warehouse.benchmarks import (
     record_results,
 )
 from llm_assets.warehouse.catalog import Catalog
+from llm_assets_tests.bench.test_report import _run
 from llm_assets_tests.conftest import REPO
-
-
-def _run(runner: str, backend: str, repetition: int, seconds: float) -> RunResult:
-    return RunResult(
-        runner=runner,
-        backend=backend,
-        size=1000,
-        repetition=repetition,
-        workers=2,
-        rows_in=1000,
-        rows_out=900,
-        tokens=80_000,
-        bytes_in=500_000,
-        seconds=seconds,
-        startup_seconds=0.1,
-    )
 
 
 def test_results_table_of_an_older_catalog_gains_the_parts_column(tmp_path):
