@@ -24,7 +24,14 @@ from pathlib import Path
 import dagster as dg
 from dagster._config import ConfigType, ConfigTypeKind, Field
 
-from llm_assets.constants import BENCHMARK_JOB, PIPELINE_ASSETS, PIPELINE_JOB, PRUNE_JOB
+from llm_assets.constants import (
+    BENCHMARK_JOB,
+    FILTERED_DOCUMENTS,
+    PIPELINE_ASSETS,
+    PIPELINE_JOB,
+    PRUNE_JOB,
+)
+from llm_assets.kernels.filters.registry import plugins
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 """Where ``--write`` puts the page: docs/ of the repository this package is installed from."""
@@ -55,7 +62,8 @@ resources:
 Pass it with `bash scripts/run_pipeline.sh -c my_run.yaml` (or `dagster job execute ... -c`;
 several `-c` files are merged). A misspelt or unknown key fails the run before any work. What
 the settings do is explained on the topic pages: [stages](stages.md), [filters](filters.md),
-[batches](batches.md), [mixing](mixing.md), [backends](backends.md).
+[batches](batches.md), [mixing](mixing.md), [backends](backends.md). A filter plugin adds its own
+block under `filtered_documents.config` ([extending](extending.md)).
 """
 
 
@@ -133,13 +141,18 @@ def _first_sentence(text: str | None) -> str:
 
 
 def rows(
-    shape: ConfigType, prefix: str = "", docs: dict[str, str] | None = None
+    shape: ConfigType,
+    prefix: str = "",
+    docs: dict[str, str] | None = None,
+    skip: frozenset[str] = frozenset(),
 ) -> Iterator[tuple[str, str, str, str]]:
-    """(dotted key, type, default, description) of every leaf key under ``shape``.
+    """(dotted key, type, default, description) of every leaf key under ``shape`` but ``skip``.
 
     A nested shape gives its own keys, dotted; its defaults are those of its keys. A key without
     a description in the schema takes its attribute docstring from ``docs``, if any."""
     for key, field in shape.fields.items():
+        if key in skip:
+            continue
         nested = _shape_of(field.config_type)
         if nested is not None and nested.fields:
             if field.description:
@@ -154,7 +167,11 @@ def rows(
 
 
 def _table(
-    title: str, about: str, config: Field | None, docs: dict[str, str] | None = None
+    title: str,
+    about: str,
+    config: Field | None,
+    docs: dict[str, str] | None = None,
+    skip: frozenset[str] = frozenset(),
 ) -> list[str]:
     lines = [f"### `{title}`", ""]
     if about:
@@ -163,7 +180,7 @@ def _table(
     if shape is None or not shape.fields:
         return [*lines, "No settings.", ""]
     lines += ["| key | type | default | description |", "|---|---|---|---|"]
-    lines += [f"| `{k}` | {t} | {d} | {s} |" for k, t, d, s in rows(shape, docs=docs)]
+    lines += [f"| `{k}` | {t} | {d} | {s} |" for k, t, d, s in rows(shape, docs=docs, skip=skip)]
     return [*lines, ""]
 
 
@@ -176,7 +193,9 @@ def _ops(job: dg.JobDefinition, order: tuple[str, ...]) -> list[str]:
         op_shape = ops[op].config_type
         config = op_shape.fields.get("config")
         about = job.graph.node_named(op).definition.description or ""
-        lines += _table(f"ops.{op}.config", about, config)
+        # The page documents what ships: an installed plugin's keys are its own package's to list.
+        skip = frozenset(cls.config_key for cls in plugins()) if op == FILTERED_DOCUMENTS else None
+        lines += _table(f"ops.{op}.config", about, config, skip=skip or frozenset())
     return lines
 
 
