@@ -122,17 +122,17 @@ def test_run_killed_midway_finishes_the_rest_byte_identical(tmp_path):
         assert [s for _, s in killed[asset]] == [s for _, s in clean[asset]], asset
 
 
-def test_the_readmes_sensor_command_reaches_the_location_dagster_dev_loads(tmp_path, monkeypatch):
-    """The README starts sensors and schedules from the command line for the daemon of
-    ``dagster dev``, which loads the code location named in pyproject.toml (``llm_assets``).
-    Before, the README used ``-m llm_assets.definitions``, which keys the state under a location
-    of that name: the daemon never saw the sensor as started."""
+def test_the_docs_sensor_command_reaches_the_location_dagster_dev_loads(tmp_path, monkeypatch):
+    """docs/operations.md starts sensors and schedules from the command line for the daemon of
+    ``dagster dev``, which loads the code location named in pyproject.toml (``llm_assets``):
+    ``-m llm_assets.definitions`` would key the state under a location of that name, which the
+    daemon never sees as started."""
     import re
 
     from dagster._core.scheduler.instigation import InstigatorStatus
 
-    readme = (REPO / "README.md").read_text()
-    commands = re.findall(r"^(dagster (?:sensor|schedule) start .*?)\s+#", readme, re.MULTILINE)
+    operations = (REPO / "docs" / "operations.md").read_text()
+    commands = re.findall(r"^(dagster (?:sensor|schedule) start .*?)\s+#", operations, re.MULTILINE)
     assert len(commands) == 3
     env = _env(tmp_path)
     home = Path(env["DAGSTER_HOME"])
