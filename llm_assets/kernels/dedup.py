@@ -24,7 +24,7 @@ import itertools
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -369,6 +369,22 @@ def _drop_seen_primary_key(con: Any) -> None:
     con.execute(f"ALTER TABLE {SEEN_TABLE}_unkeyed RENAME TO {SEEN_TABLE}")
 
 
+_SEEN_IN_SCOPE = f"(SELECT doc_id, run FROM {SEEN_TABLE} WHERE scope = $scope)"
+"""The history of first sightings of the scope bound to ``$scope``."""
+
+
+@dataclass(frozen=True)
+class _NearDrops:
+    """What the near-duplicate phase of :func:`resolve_duplicates` found."""
+
+    drops: pa.Table | None
+    root: dict[str, str]
+    """Near duplicate -> the kept document of its cluster."""
+    removed: int = 0
+    clusters: int = 0
+    candidate_pairs: int = 0
+
+
 def resolve_duplicates(
     con: Any,
     shards: list[tuple[str, str]],
@@ -390,12 +406,46 @@ def resolve_duplicates(
     all of them) drop out of the aggregation, and the signatures of the few documents in candidate
     pairs are read from the shards in one scan."""
     started = time.perf_counter()
-    # No primary key: the anti-join below keeps ids unique per scope, and building the key's
-    # index costs more than the rest of a first run's step. (A catalog made with the key is
-    # rebuilt without it: the key refused a document's row in a second scope.)
+    _ensure_seen_table(con)
+    paths = [p for _, p in shards]
+    _load_documents(con, shards, exact, near)
+    _record_first_sightings(con, scope)
+    _rank_in_stable_order(con, scope)
+    drops: list[pa.Table] = [DROPS_SCHEMA.empty_table()]
+    exact_drops = _exact_duplicates(con) if exact.enabled else None
+    found = _near_duplicates(con, paths, near) if near.enabled else _NearDrops(None, {})
+    if found.drops is not None:
+        drops.append(found.drops)
+    if exact_drops is not None:
+        drops.append(_name_near_clusters(exact_drops, found.root))
+    for name in ("dd_files", "dd_docs", "dd_ordered", "dd_pairs"):
+        con.execute(f"DROP TABLE IF EXISTS {name}")
+    return DedupOutcome(
+        drops=pa.concat_tables(drops).sort_by([("shard", "ascending"), ("doc_id", "ascending")]),
+        exact_removed=0 if exact_drops is None else exact_drops.num_rows,
+        near_removed=found.removed,
+        near_clusters=found.clusters,
+        candidate_pairs=found.candidate_pairs,
+        seconds=time.perf_counter() - started,
+    )
+
+
+def _ensure_seen_table(con: Any) -> None:
+    """Create :data:`SEEN_TABLE` if missing, in its current shape.
+
+    No primary key: the anti-join of :func:`_record_first_sightings` keeps ids unique per scope,
+    and building the key's index costs more than the rest of a first run's step. (A catalog made
+    with the key is rebuilt without it: the key refused a document's row in a second scope.)"""
     con.execute(f"CREATE TABLE IF NOT EXISTS {SEEN_TABLE} (doc_id VARCHAR, run BIGINT)")
     _drop_seen_primary_key(con)
     con.execute(f"ALTER TABLE {SEEN_TABLE} ADD COLUMN IF NOT EXISTS scope VARCHAR")
+
+
+def _load_documents(
+    con: Any, shards: list[tuple[str, str]], exact: ExactDedupSpec, near: NearDedupSpec
+) -> None:
+    """Read every shard's ids, locations and enabled hashes into the temp table ``dd_docs``
+    (``dd_files`` maps each parquet path to its shard key)."""
     # From Arrow in one statement (executemany costs milliseconds a row in DuckDB).
     files = pa.table(
         {"path": [p for _, p in shards], "shard": [s for s, _ in shards]},
@@ -404,136 +454,150 @@ def resolve_duplicates(
     con.register("dd_files_arrow", files)
     con.execute("CREATE OR REPLACE TEMP TABLE dd_files AS SELECT * FROM dd_files_arrow")
     con.unregister("dd_files_arrow")
-    paths = [p for _, p in shards]
     hash_col = f", {CONTENT_HASH}" if exact.enabled else ""
     band_col = f", {MINHASH_BANDS}" if near.enabled else ""
     con.execute(
         "CREATE OR REPLACE TEMP TABLE dd_docs AS SELECT f.shard, d.doc_id, d.source_file, "
         f"d.source_line{hash_col}{band_col} FROM read_parquet(?, filename = true) d "
         "JOIN dd_files f ON f.path = d.filename",
-        [paths],
+        [[p for _, p in shards]],
     )
-    seen = f"(SELECT doc_id, run FROM {SEEN_TABLE} WHERE scope = $scope)"
+
+
+def _record_first_sightings(con: Any, scope: str) -> None:
+    """Add the documents of ``dd_docs`` that ``scope`` has not seen, under its next run."""
     next_run = con.execute(
-        f"SELECT coalesce(max(run), 0) + 1 FROM {seen}", {"scope": scope}
+        f"SELECT coalesce(max(run), 0) + 1 FROM {_SEEN_IN_SCOPE}", {"scope": scope}
     ).fetchone()[0]
     con.execute(
         f"INSERT INTO {SEEN_TABLE} (doc_id, run, scope) SELECT DISTINCT doc_id, $run, $scope "
-        f"FROM dd_docs WHERE doc_id NOT IN (SELECT doc_id FROM {seen})",
+        f"FROM dd_docs WHERE doc_id NOT IN (SELECT doc_id FROM {_SEEN_IN_SCOPE})",
         {"run": next_run, "scope": scope},
     )
+
+
+def _rank_in_stable_order(con: Any, scope: str) -> None:
+    """Replace ``dd_docs`` by ``dd_ordered``: its rows with their rank in stable order (``ord``)
+    and the run that first saw them (``seen_run``)."""
     # Rank the narrow (id, location) rows, then join: sorting the wide rows moves every band list.
     con.execute(
         "CREATE OR REPLACE TEMP TABLE dd_ordered AS SELECT r.ord, d.*, r.seen_run FROM dd_docs d "
         "JOIN (SELECT doc_id, s.run AS seen_run, row_number() OVER ("
         "ORDER BY s.run, d.source_file, d.source_line, d.doc_id) AS ord "
-        f"FROM (SELECT doc_id, source_file, source_line FROM dd_docs) d JOIN {seen} s "
+        f"FROM (SELECT doc_id, source_file, source_line FROM dd_docs) d JOIN {_SEEN_IN_SCOPE} s "
         "USING (doc_id)) r USING (doc_id)",
         {"scope": scope},
     )
     con.execute("DROP TABLE dd_docs")
-    drops: list[pa.Table] = [DROPS_SCHEMA.empty_table()]
-    exact_drops: pa.Table | None = None
-    near_root: dict[str, str] = {}  # near duplicate -> the kept document of its cluster
-    exact_removed = 0
-    if exact.enabled:
-        # Groups of one (nearly every document) are dropped by the aggregation itself.
-        exact_drops = con.sql(
-            "SELECT d.shard, d.doc_id, ? AS reason, 'duplicate of ' || k.doc_id || ' (' || "
-            "k.source_file || ':' || k.source_line || ')' AS value, k.doc_id AS keeper FROM ("
-            f"SELECT {CONTENT_HASH}, min(ord) AS keep FROM dd_ordered GROUP BY {CONTENT_HASH} "
-            f"HAVING count(*) > 1) g JOIN dd_ordered d USING ({CONTENT_HASH}) "
-            "JOIN dd_ordered k ON k.ord = g.keep WHERE d.ord <> g.keep ORDER BY d.shard, d.doc_id",
-            params=[EXACT_DUPLICATE],
-        ).to_arrow_table()
-        exact_removed = exact_drops.num_rows
-        con.register("dd_exact_drops", exact_drops)
-        con.execute("DELETE FROM dd_ordered WHERE doc_id IN (SELECT doc_id FROM dd_exact_drops)")
-        con.unregister("dd_exact_drops")
-    near_removed = clusters = pairs_count = 0
-    if near.enabled:
-        # Each band bucket with more than one document: pair every member with the bucket's
-        # first member in stable order (a star, not all pairs: linear in the bucket's size).
-        con.execute(
-            "CREATE OR REPLACE TEMP TABLE dd_pairs AS SELECT DISTINCT ord, rep FROM ("
-            "SELECT unnest(members) AS ord, rep FROM ("
-            "SELECT list(ord) AS members, min(ord) AS rep FROM ("
-            f"SELECT ord, unnest({MINHASH_BANDS}) AS h FROM dd_ordered) "
-            "GROUP BY h HAVING count(*) > 1)) WHERE ord <> rep"
-        )
-        # The documents of the candidate pairs, with their signatures (one scan of the shards).
-        candidates = con.sql(
-            "SELECT o.ord, o.doc_id, o.seen_run, o.source_file, o.source_line, o.shard, "
-            f"m.{MINHASH} FROM dd_ordered o JOIN (SELECT doc_id, {MINHASH} FROM read_parquet(?)) "
-            "m USING (doc_id) WHERE o.ord IN (SELECT ord FROM dd_pairs UNION SELECT rep FROM "
-            "dd_pairs) ORDER BY o.ord",
-            params=[paths],
-        ).to_arrow_table()
-        pairs = con.sql("SELECT ord, rep FROM dd_pairs ORDER BY ord, rep").to_arrow_table()
-        pairs_count = pairs.num_rows
-        if pairs_count:
-            ords = candidates["ord"].to_numpy()
-            later, earlier = pairs["ord"].to_numpy(), pairs["rep"].to_numpy()
-            signatures = _signature_matrix(candidates[MINHASH], near.num_perm)
-            similarity = jaccard_estimate(
-                signatures[np.searchsorted(ords, later)], signatures[np.searchsorted(ords, earlier)]
-            )
-            # Rows of one record (a conversation's answers, chat_answers: every) are never
-            # duplicates of each other: each later one's prompt holds the earlier ones.
-            files = candidates["source_file"].to_numpy(zero_copy_only=False)
-            lines = candidates["source_line"].to_numpy()
-            at_later, at_earlier = np.searchsorted(ords, later), np.searchsorted(ords, earlier)
-            same_record = (files[at_later] == files[at_earlier]) & (
-                lines[at_later] == lines[at_earlier]
-            )
-            similar = np.flatnonzero((similarity >= near.threshold) & ~same_record)
-            joined = attach_in_order(later[similar], earlier[similar], similarity[similar])
-            doc_ids = candidates["doc_id"].to_pylist()
-            shard_of = candidates["shard"].to_pylist()
 
-            def doc(o: int) -> str:
-                return doc_ids[int(np.searchsorted(ords, o))]
 
-            sizes = Counter(root for root, _, _ in joined.values())
-            clusters = len(sizes)
-            rows = []
-            for member, (root, partner, score) in sorted(joined.items()):
-                at = int(np.searchsorted(ords, member))
-                near_root[doc_ids[at]] = doc(root)
-                value = (
-                    f"cluster {doc(root)} of {sizes[root] + 1}; jaccard {score:.2f} with "
-                    f"{doc(partner)}"
-                )
-                rows.append((shard_of[at], doc_ids[at], NEAR_DUPLICATE, value))
-            near_removed = len(rows)
-            if rows:
-                columns = [list(c) for c in zip(*rows, strict=True)]
-                drops.append(pa.table(columns, schema=DROPS_SCHEMA))
-    if exact_drops is not None:
-        # An exact copy of a document that is itself a near duplicate also names that cluster, so
-        # the drops of one kept document are found by its id (the README's query).
-        values = [
-            f"{value}; {keeper} is a near duplicate in cluster {near_root[keeper]}"
-            if keeper in near_root
-            else value
-            for value, keeper in zip(
-                exact_drops["value"].to_pylist(), exact_drops["keeper"].to_pylist(), strict=True
-            )
-        ]
-        exact_drops = exact_drops.drop_columns(["keeper"]).set_column(
-            3, "value", pa.array(values, pa.string())
-        )
-        drops.append(exact_drops.cast(DROPS_SCHEMA))
-    for name in ("dd_files", "dd_docs", "dd_ordered", "dd_pairs"):
-        con.execute(f"DROP TABLE IF EXISTS {name}")
-    return DedupOutcome(
-        drops=pa.concat_tables(drops).sort_by([("shard", "ascending"), ("doc_id", "ascending")]),
-        exact_removed=exact_removed,
-        near_removed=near_removed,
-        near_clusters=clusters,
-        candidate_pairs=pairs_count,
-        seconds=time.perf_counter() - started,
+def _exact_duplicates(con: Any) -> pa.Table:
+    """The exact duplicates in ``dd_ordered`` (a drop row each, plus the ``keeper``'s id), which
+    leave it: near-duplicate detection sees only the kept copy."""
+    # Groups of one (nearly every document) are dropped by the aggregation itself.
+    exact_drops = con.sql(
+        "SELECT d.shard, d.doc_id, ? AS reason, 'duplicate of ' || k.doc_id || ' (' || "
+        "k.source_file || ':' || k.source_line || ')' AS value, k.doc_id AS keeper FROM ("
+        f"SELECT {CONTENT_HASH}, min(ord) AS keep FROM dd_ordered GROUP BY {CONTENT_HASH} "
+        f"HAVING count(*) > 1) g JOIN dd_ordered d USING ({CONTENT_HASH}) "
+        "JOIN dd_ordered k ON k.ord = g.keep WHERE d.ord <> g.keep ORDER BY d.shard, d.doc_id",
+        params=[EXACT_DUPLICATE],
+    ).to_arrow_table()
+    con.register("dd_exact_drops", exact_drops)
+    con.execute("DELETE FROM dd_ordered WHERE doc_id IN (SELECT doc_id FROM dd_exact_drops)")
+    con.unregister("dd_exact_drops")
+    return exact_drops
+
+
+def _near_duplicates(con: Any, paths: list[str], near: NearDedupSpec) -> _NearDrops:
+    """The near duplicates in ``dd_ordered``: candidate pairs from shared band buckets, checked
+    against the threshold on their signatures, joined into clusters in stable order."""
+    candidates, pairs = _candidate_pairs(con, paths)
+    if not pairs.num_rows:
+        return _NearDrops(None, {}, candidate_pairs=0)
+    ords = candidates["ord"].to_numpy()
+    later, earlier = pairs["ord"].to_numpy(), pairs["rep"].to_numpy()
+    signatures = _signature_matrix(candidates[MINHASH], near.num_perm)
+    similarity = jaccard_estimate(
+        signatures[np.searchsorted(ords, later)], signatures[np.searchsorted(ords, earlier)]
     )
+    # Rows of one record (a conversation's answers, chat_answers: every) are never
+    # duplicates of each other: each later one's prompt holds the earlier ones.
+    files = candidates["source_file"].to_numpy(zero_copy_only=False)
+    lines = candidates["source_line"].to_numpy()
+    at_later, at_earlier = np.searchsorted(ords, later), np.searchsorted(ords, earlier)
+    same_record = (files[at_later] == files[at_earlier]) & (lines[at_later] == lines[at_earlier])
+    similar = np.flatnonzero((similarity >= near.threshold) & ~same_record)
+    joined = attach_in_order(later[similar], earlier[similar], similarity[similar])
+    found = _near_drop_rows(candidates, joined)
+    return replace(found, candidate_pairs=pairs.num_rows)
+
+
+def _candidate_pairs(con: Any, paths: list[str]) -> tuple[pa.Table, pa.Table]:
+    """The candidate pairs ``(ord, rep)`` sorted, and their documents with their signatures
+    sorted by ``ord`` (one scan of the shards)."""
+    # Each band bucket with more than one document: pair every member with the bucket's
+    # first member in stable order (a star, not all pairs: linear in the bucket's size).
+    con.execute(
+        "CREATE OR REPLACE TEMP TABLE dd_pairs AS SELECT DISTINCT ord, rep FROM ("
+        "SELECT unnest(members) AS ord, rep FROM ("
+        "SELECT list(ord) AS members, min(ord) AS rep FROM ("
+        f"SELECT ord, unnest({MINHASH_BANDS}) AS h FROM dd_ordered) "
+        "GROUP BY h HAVING count(*) > 1)) WHERE ord <> rep"
+    )
+    candidates = con.sql(
+        "SELECT o.ord, o.doc_id, o.seen_run, o.source_file, o.source_line, o.shard, "
+        f"m.{MINHASH} FROM dd_ordered o JOIN (SELECT doc_id, {MINHASH} FROM read_parquet(?)) "
+        "m USING (doc_id) WHERE o.ord IN (SELECT ord FROM dd_pairs UNION SELECT rep FROM "
+        "dd_pairs) ORDER BY o.ord",
+        params=[paths],
+    ).to_arrow_table()
+    pairs = con.sql("SELECT ord, rep FROM dd_pairs ORDER BY ord, rep").to_arrow_table()
+    return candidates, pairs
+
+
+def _near_drop_rows(candidates: pa.Table, joined: dict[int, tuple[int, int, float]]) -> _NearDrops:
+    """A drop row for each document that joined a cluster (:func:`attach_in_order`), naming
+    the cluster's kept document, its size and the closest earlier member."""
+    ords = candidates["ord"].to_numpy()
+    doc_ids = candidates["doc_id"].to_pylist()
+    shard_of = candidates["shard"].to_pylist()
+
+    def doc(o: int) -> str:
+        return doc_ids[int(np.searchsorted(ords, o))]
+
+    sizes = Counter(root for root, _, _ in joined.values())
+    near_root: dict[str, str] = {}
+    rows = []
+    for member, (root, partner, score) in sorted(joined.items()):
+        at = int(np.searchsorted(ords, member))
+        near_root[doc_ids[at]] = doc(root)
+        value = f"cluster {doc(root)} of {sizes[root] + 1}; jaccard {score:.2f} with {doc(partner)}"
+        rows.append((shard_of[at], doc_ids[at], NEAR_DUPLICATE, value))
+    drops = None
+    if rows:
+        columns = [list(c) for c in zip(*rows, strict=True)]
+        drops = pa.table(columns, schema=DROPS_SCHEMA)
+    return _NearDrops(drops, near_root, removed=len(rows), clusters=len(sizes))
+
+
+def _name_near_clusters(exact_drops: pa.Table, near_root: dict[str, str]) -> pa.Table:
+    """The exact drops in :data:`DROPS_SCHEMA`, without ``keeper``.
+
+    An exact copy of a document that is itself a near duplicate also names that cluster, so
+    the drops of one kept document are found by its id (the README's query)."""
+    values = [
+        f"{value}; {keeper} is a near duplicate in cluster {near_root[keeper]}"
+        if keeper in near_root
+        else value
+        for value, keeper in zip(
+            exact_drops["value"].to_pylist(), exact_drops["keeper"].to_pylist(), strict=True
+        )
+    ]
+    exact_drops = exact_drops.drop_columns(["keeper"]).set_column(
+        3, "value", pa.array(values, pa.string())
+    )
+    return exact_drops.cast(DROPS_SCHEMA)
 
 
 def _signature_matrix(column: pa.ChunkedArray, num_perm: int) -> np.ndarray:

@@ -23,13 +23,9 @@ import psutil
 import pytest
 
 from llm_assets.compute.base import ShardTaskFailed
-from llm_assets.compute.ray_backend import (
-    BACKGROUND_NICE,
-    CLUSTER_CHECK_S,
-    CONNECT_RETRY,
-    WORKER_ENV,
-    RayBackend,
-)
+from llm_assets.compute.ray_backend import RayBackend
+from llm_assets.compute.ray_dispatch import CLUSTER_CHECK_S
+from llm_assets.compute.ray_local import BACKGROUND_NICE, CONNECT_RETRY, WORKER_ENV
 from llm_assets.compute.testing import ProbeTask, run_probe
 
 pytestmark = pytest.mark.slow
@@ -116,12 +112,12 @@ def test_plain_ray_init_fallback_still_gives_workers_their_environment(monkeypat
     """If Ray's private node API changes, the backend falls back to ``ray.init`` (full start)."""
     import ray
 
-    from llm_assets.compute import ray_backend
+    from llm_assets.compute import ray_local
 
     def unavailable(*args, **kwargs):
         raise AttributeError("no Node here")
 
-    monkeypatch.setattr(ray_backend, "_start_lean_node", unavailable)
+    monkeypatch.setattr(ray_local, "_start_lean_node", unavailable)
     for name in WORKER_ENV:
         monkeypatch.delenv(name, raising=False)
     backend = RayBackend(num_cpus=1, work_while_starting=False)
@@ -138,12 +134,12 @@ def test_plain_ray_init_fallback_still_gives_workers_their_environment(monkeypat
 def test_a_local_start_that_fails_midway_leaves_no_process(monkeypatch):
     import ray
 
-    from llm_assets.compute import ray_backend
+    from llm_assets.compute import ray_local
 
     def never_registers(*args, **kwargs):
         raise RuntimeError("the raylet never registered")
 
-    monkeypatch.setattr(ray_backend, "_wait_for_registration", never_registers)
+    monkeypatch.setattr(ray_local, "_wait_for_registration", never_registers)
     before = {p.pid for p in _descendants()}
     backend = RayBackend(num_cpus=1, work_while_starting=False)
     with pytest.raises(RuntimeError, match="never registered"):
@@ -199,12 +195,12 @@ def test_close_while_ray_is_still_starting_stops_everything():
 
 
 def test_a_background_start_that_fails_is_raised_by_the_run_waiting_for_it(monkeypatch):
-    from llm_assets.compute import ray_backend
+    from llm_assets.compute import ray_local
 
     def never_registers(*args, **kwargs):
         raise RuntimeError("the raylet never registered")
 
-    monkeypatch.setattr(ray_backend, "_wait_for_registration", never_registers)
+    monkeypatch.setattr(ray_local, "_wait_for_registration", never_registers)
     before = {p.pid for p in _descendants()}
     backend = RayBackend(num_cpus=1)
     tasks = [ProbeTask(f"t{i}", i, sleep_s=0.1) for i in range(600)]
@@ -257,7 +253,7 @@ def test_a_ray_address_with_no_cluster_behind_it_fails_in_seconds():
     import socket
     import threading
 
-    from llm_assets.compute.ray_backend import RayClusterError
+    from llm_assets.compute.ray_cluster import RayClusterError
 
     with socket.socket() as free:
         free.bind(("127.0.0.1", 0))
@@ -281,40 +277,12 @@ def test_a_ray_address_with_no_cluster_behind_it_fails_in_seconds():
     assert not ray_is_initialized()
 
 
-def test_with_ray_tls_only_the_connection_is_checked(monkeypatch):
-    """A TLS cluster answers the cleartext HTTP/2 preface with nothing: with RAY_USE_TLS the
-    check stops at the connection (a refused one still fails at once), as Ray's TLS client then
-    handshakes itself. Before, such a cluster was refused as "not a Ray cluster"."""
-    import socket
-
-    from llm_assets.compute.ray_backend import RayClusterError, probe_cluster_address
-
-    monkeypatch.setenv("RAY_USE_TLS", "1")
-    with socket.socket() as silent:  # listens, never speaks: what the probe sees of TLS
-        silent.bind(("127.0.0.1", 0))
-        silent.listen()
-        probe_cluster_address(f"127.0.0.1:{silent.getsockname()[1]}", timeout_s=1.0)
-        port = silent.getsockname()[1]
-    with pytest.raises(RayClusterError, match="no Ray cluster answers"):
-        probe_cluster_address(f"127.0.0.1:{port}", timeout_s=1.0)
-    for value in (None, "yes", " 1"):  # Ray's TLS is off for these: so is the shortcut
-        if value is None:
-            monkeypatch.delenv("RAY_USE_TLS")
-        else:
-            monkeypatch.setenv("RAY_USE_TLS", value)
-        with socket.socket() as silent:
-            silent.bind(("127.0.0.1", 0))
-            silent.listen()
-            with pytest.raises(RayClusterError, match=r"no Ray cluster answers.*timed out"):
-                probe_cluster_address(f"127.0.0.1:{silent.getsockname()[1]}", timeout_s=1.0)
-
-
 def test_a_cluster_without_cpus_is_refused_naming_it():
     """Before, the run waited for ever (or ``task_timeout_s``, then "timed out" for a task that
     never started), Ray's autoscaler repeating that no node could fulfil {'CPU': 1}."""
     from ray.cluster_utils import Cluster
 
-    from llm_assets.compute.ray_backend import RayClusterError
+    from llm_assets.compute.ray_cluster import RayClusterError
 
     cluster = Cluster(
         initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False}
@@ -392,10 +360,10 @@ def _ray_start_cluster(env: dict[str, str], cwd: str) -> Iterator[tuple[str, str
 def test_a_node_running_other_llm_assets_code_computes_nothing_and_is_named(tmp_path, monkeypatch):
     """Before, a node whose llm_assets was not upgraded ran the shards with its own code, and
     the driver recorded them under its code version: wrong data, reused by every later run. The
-    node here sees an edited copy whose ray_backend is an older release's (no check of its own):
+    node here sees an edited copy whose ray_shard_call is an older release's (no check of its own):
     the check travels with the driver's task."""
     import llm_assets
-    from llm_assets.compute.ray_backend import RayCodeMismatchError, code_identity
+    from llm_assets.compute.ray_shard_call import RayCodeMismatchError, code_identity
 
     stale = tmp_path / "stale"
     shutil.copytree(
@@ -407,7 +375,7 @@ def test_a_node_running_other_llm_assets_code_computes_nothing_and_is_named(tmp_
         handle.write("\n# changed on this node only\n")
     older = '"""An older release: its wrapper, no check."""\n\n\ndef _call(fn, task):\n'
     older += "    return fn(task)\n"
-    (stale / "llm_assets" / "compute" / "ray_backend.py").write_text(older)
+    (stale / "llm_assets" / "compute" / "ray_shard_call.py").write_text(older)
     marks_dir = tmp_path / "marks"
     marks_dir.mkdir()
     # Ray puts the driver's working directory first on its workers' path: not /work/main here.
@@ -491,7 +459,7 @@ def test_a_cluster_that_stops_mid_run_fails_the_run_in_seconds_naming_it(tmp_pat
 
 def test_a_cluster_with_token_authentication_says_to_set_ray_auth_mode(tmp_path, monkeypatch):
     """Before: ~20 s of Ray's InvalidAuthToken warnings, then a bare ConnectionError."""
-    from llm_assets.compute.ray_backend import RayClusterError
+    from llm_assets.compute.ray_cluster import RayClusterError
 
     monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
     env = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": os.urandom(16).hex()}
