@@ -10,7 +10,7 @@ import pytest
 
 from llm_assets.kernels.filters.base import Filter, SharedWords
 from llm_assets.kernels.filters.length import LengthFilterSpec
-from llm_assets.kernels.filters.registry import registry
+from llm_assets.kernels.filters import registry
 from llm_assets.kernels.schema import StageResult
 
 
