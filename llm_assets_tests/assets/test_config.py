@@ -9,7 +9,7 @@ import pydantic
 import pytest
 
 from llm_assets.assets import pipeline
-from llm_assets.assets.config import Form, config_class, to_spec
+from llm_assets.assets.config import config_class, to_spec
 from llm_assets.constants import PIPELINE_JOB
 from llm_assets.definitions import defs
 from llm_assets.kernels.batching.spec import BatchSpec
@@ -17,6 +17,7 @@ from llm_assets.kernels.ingest.read import IngestSpec
 from llm_assets.kernels.mixing.mixture import MixtureSource, MixtureSpec
 from llm_assets.kernels.normalize import NormalizeSpec
 from llm_assets.kernels.pii import PiiSpec
+from llm_assets.kernels.settings import Form
 from llm_assets.kernels.tokenize.spec import TokenizerSpec
 
 

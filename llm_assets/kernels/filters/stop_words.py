@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from llm_assets.kernels.filters.base import Filter, Setting, SharedWords
+from llm_assets.kernels.filters.base import Filter, SharedWords
 from llm_assets.kernels.filters.gopher_quality import (
     TOO_FEW_STOP_WORDS,
     GopherQualityFilter,
@@ -42,14 +42,6 @@ class StopWordsFilter(Filter):
     @classmethod
     def slots(cls) -> tuple[str, ...]:
         return ()
-
-    @classmethod
-    def settings(cls) -> tuple[Setting, ...]:
-        return ()
-
-    @classmethod
-    def from_config(cls, values: Any, inputs: Any) -> dict[str, Any]:
-        return {}
 
     @classmethod
     def of(cls, spec: FilterSpec) -> Filter | None:
