@@ -9,8 +9,10 @@ A filter is a subclass of :class:`Filter` in a module of its own. It declares, o
   defaults and run-config descriptions (``field(metadata={"doc": ...})``,
   :mod:`llm_assets.kernels.settings`) and whose ``__post_init__`` refuses bad values: the Dagster
   config is built from it (:mod:`llm_assets.assets.filter_config`), not written again;
+  ``keys``, ``exclude``, ``flatten`` and ``forms`` say where its run-config block differs from
+  the spec, and :meth:`Filter.from_config` makes the spec from a setting the spec does not hold;
 * ``reasons``: the reject reasons it gives, and ``hint``: the setting to change when it rejects
-  every document;
+  every document (default: its block, or ``enabled: false``);
 * :meth:`Filter.apply`: Arrow table in, :class:`~llm_assets.kernels.schema.StageResult` out.
 
 The registry (:mod:`llm_assets.kernels.filters.registry`) lists the built-ins and the plugins of
@@ -157,7 +159,8 @@ class Filter(ABC):
     @classmethod
     def from_config(cls, config: Any, build: Build, inputs: Inputs) -> dict[str, Any]:
         """Its parts of the :class:`FilterSpec` from its run config ``config`` (made from
-        :attr:`spec_type` with :attr:`keys`, :attr:`exclude`, :attr:`forms` and the switch);
+        :attr:`spec_type` as :attr:`keys`, :attr:`exclude`, :attr:`flatten`, :attr:`forms` and
+        the switch say);
         ``build(config, **fields)`` makes the spec (None: switched off), which refuses bad
         values; ``fields``: spec values the filter makes itself from the config."""
         return {cls.name: build(config)}

@@ -310,7 +310,6 @@ class GopherQualityFilter(Filter):
     config_key = "quality"
     spec_type = QualitySpec
     reasons = QUALITY_REASONS[:-1]
-    hint = "quality (or enabled: false)"
     on_by_default = True
     exclude = ("stop_words",)
     recorded_when_off = True

@@ -423,7 +423,6 @@ class GopherRepetitionFilter(Filter):
     name = "repetition"
     config_key = "repetition"
     spec_type = RepetitionSpec
-    hint = "repetition (or enabled: false)"
     on_by_default = True
     recorded_when_off = True
     forms: ClassVar[Mapping[str, Form]] = {

@@ -36,12 +36,15 @@ class StopWordsFilter(Filter):
     config_key = None
     spec_type = QualitySpec
     reasons = (TOO_FEW_STOP_WORDS,)
-    hint = GopherQualityFilter.hint
     switch = False
 
     @classmethod
     def slots(cls) -> tuple[str, ...]:
         return ()
+
+    @classmethod
+    def setting_of(cls, reason: str) -> str:
+        return GopherQualityFilter.setting_of(reason)
 
     @classmethod
     def of(cls, spec: FilterSpec) -> Filter | None:
