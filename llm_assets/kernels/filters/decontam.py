@@ -25,7 +25,6 @@ class DecontamFilter(Filter):
     reasons = (CONTAMINATED,)
     hint = "decontaminate (the eval sets, ngram, min_ngram)"
     switch = False
-
     keys: ClassVar[Mapping[str, str]] = {"files": "paths"}
     exclude = ("normalize",)
     forms: ClassVar[Mapping[str, Form]] = {"files": Form(type=list[str], default=[])}

@@ -87,7 +87,6 @@ class LabelFilter(Filter):
     reasons = (MISSING_LABEL, UNMAPPED_LABEL)
     switch = False
     recorded_when_off = True
-
     keys: ClassVar[Mapping[str, str]] = {"field": "label_field", "mapping": "label_mapping"}
     forms: ClassVar[Mapping[str, Form]] = {
         "field": Form(type=str | None, default=None),
