@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from llm_assets.kernels.filters.base import FILTER_STAGE, Filter, SharedWords, describe
+from llm_assets.kernels.filters.base import FILTER_STAGE, Filter, SharedWords
 from llm_assets.kernels.schema import TEXT, StageResult, drop_rows
 
 URL_RATIO = "url_ratio"
@@ -23,7 +23,7 @@ URL_PATTERN = r"(?:https?://|www\.)[^\s<>\"']+"
 @dataclass(frozen=True)
 class UrlRatioSpec:
     max_url_char_ratio: float = field(
-        default=0.2, metadata=describe("Highest share of a document's characters in URLs")
+        default=0.2, metadata={"doc": "Highest share of a document's characters in URLs"}
     )
 
     def __post_init__(self) -> None:

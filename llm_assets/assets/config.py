@@ -1,17 +1,17 @@
 """Dagster run config made from the kernels' specs, so each setting is declared once.
 
-A kernel's frozen spec dataclass declares its settings: each field's type, default, refusals (in
-``__post_init__``) and description (``field(metadata={"doc": ...})``; a ``str`` field may name
-its allowed values with ``metadata={"choices": (...)}``). :func:`config_class` makes the
-``dg.Config`` a stage's asset takes from it, and :func:`to_spec` builds the spec back from a run's
-config, so the spec's own constructor refuses a bad value and the Dagster UI shows the spec's
-descriptions.
+A kernel's frozen spec dataclass declares its settings (:mod:`llm_assets.kernels.settings`):
+each field's type, default, refusals and description. :func:`config_class` makes the
+``dg.Config`` a stage's asset (or a filter) takes from it, and :func:`to_spec` builds the spec
+back from a run's config, so the spec's own constructor refuses a bad value and the Dagster UI
+shows the spec's descriptions.
 
 The config takes the spec's fields in the forms Dagster's config system accepts: a
 ``tuple[X, ...]`` is a list, a tuple of ``(key, value)`` pairs a dict keyed by strings, a nested
 spec a nested config (or, named in ``flatten``, its fields at the top level). Where a run-config
 value differs in form from its spec field beyond that, a :class:`Form` says how (its type,
-default, and the conversion to the spec's value).
+default, and the conversion to the spec's value). A ``switch`` adds an ``enabled`` setting that
+turns the spec off (:func:`to_spec` gives None).
 """
 
 import dataclasses
@@ -24,28 +24,10 @@ from typing import Any, Literal
 import dagster as dg
 from pydantic import Field, create_model
 
-DOC = "doc"
-"""Field metadata key of a setting's description, shown in the Dagster UI."""
-CHOICES = "choices"
-"""Field metadata key of a ``str`` setting's allowed values (its config type is their Literal)."""
+from llm_assets.kernels.settings import CHOICES, DOC, SPEC_DEFAULT, Form
 
-
-_SPEC_DEFAULT: Any = object()
-"""Marks a :class:`Form` without a default of its own."""
-
-
-@dataclass(frozen=True)
-class Form:
-    """How a run-config value differs in form from its spec field; None: as the spec says."""
-
-    type: Any = None
-    """The config's type (None: derived from the spec field's type)."""
-    default: Any = _SPEC_DEFAULT
-    """The config's default (unset: the spec field's default, in config form)."""
-    default_factory: Callable[[], Any] | None = None
-    """Makes the config's default instead (a nested config, say)."""
-    to_spec: Callable[[Any], Any] | None = None
-    """The config value (a nested config as it is) -> the spec's value (None: the generic one)."""
+SWITCH = "enabled"
+"""The key of a switched spec's on/off setting, and the spec field it stands for if it has one."""
 
 
 @dataclass(frozen=True)
@@ -65,6 +47,8 @@ class _Setting:
 class _Binding:
     spec: type
     settings: tuple[_Setting, ...]
+    switch: bool
+    """An ``enabled`` setting turns the spec off."""
 
 
 _BINDINGS: dict[type, _Binding] = {}
@@ -82,6 +66,8 @@ def config_class(
     flatten: Collection[str] = (),
     forms: Mapping[str, Form] | None = None,
     extra: Mapping[str, tuple[Any, Any]] | None = None,
+    switch: bool | None = None,
+    doc: str | None = None,
 ) -> type[dg.Config]:
     """A ``dg.Config`` subclass with a setting per field of the dataclass ``spec``.
 
@@ -91,27 +77,43 @@ def config_class(
     which is otherwise ``nested_field``); ``flatten``: nested-spec fields whose own fields are
     top-level settings; ``forms``: spec field (or ``"nested.field"``) -> :class:`Form`;
     ``extra``: stage-level settings that no spec holds, ``key -> (type, pydantic Field)``, read
-    from the config by the stage itself and ignored by :func:`to_spec`.
+    from the config by the stage itself and ignored by :func:`to_spec`; ``switch``: the default
+    of a first setting ``enabled`` that turns the spec off (described by the spec's own
+    ``enabled`` field, if it has one, which the switch then stands for); ``doc``: the class's
+    description.
     """
     fields: dict[str, Any] = {}
+    if switch is not None:
+        own = {f.name: f for f in dataclasses.fields(spec)}.get(SWITCH)
+        description = None if own is None else own.metadata.get(DOC)
+        fields[SWITCH] = (bool, Field(switch, description=description))
+        exclude = (*exclude, SWITCH)
     shape = _Shape(exclude, keys or {}, flatten, forms or {})
     settings = shape.settings(spec, "", fields)
     for key, definition in (extra or {}).items():
         fields[key] = definition
-    model = create_model(name or _config_name(spec), __base__=dg.Config, **fields)
-    _BINDINGS[model] = _Binding(spec, settings)
+    model = create_model(name or _config_name(spec), __base__=dg.Config, __doc__=doc, **fields)
+    _BINDINGS[model] = _Binding(spec, settings, switch is not None)
     return model
 
 
-def to_spec(config: dg.Config) -> Any:
-    """The spec ``config`` sets, made by the spec's constructor (which refuses a bad value)."""
+def to_spec(config: dg.Config, **given: Any) -> Any:
+    """The spec ``config`` sets, made by the spec's constructor (which refuses a bad value);
+    None when its switch is off. ``given``: spec fields whose values the caller makes itself
+    from the config (their settings are then not converted)."""
     binding = next(_BINDINGS[cls] for cls in type(config).__mro__ if cls in _BINDINGS)
-    return binding.spec(**_spec_kwargs(config, binding.settings))
+    if binding.switch and not getattr(config, SWITCH):
+        return None
+    return binding.spec(**_spec_kwargs(config, binding.settings, given))
 
 
-def _spec_kwargs(config: dg.Config, settings: tuple[_Setting, ...]) -> dict[str, Any]:
-    kwargs: dict[str, Any] = {}
+def _spec_kwargs(
+    config: dg.Config, settings: tuple[_Setting, ...], given: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    kwargs: dict[str, Any] = dict(given or {})
     for setting in settings:
+        if setting.field in kwargs:
+            continue
         if setting.nested:
             kwargs[setting.field] = setting.type(**_spec_kwargs(config, setting.nested))
             continue
@@ -165,7 +167,7 @@ def _definition(form: Form, field: dataclasses.Field, tp: Any) -> tuple[Any, Any
     if form.default_factory is not None:
         return config_type, Field(default_factory=form.default_factory, description=doc)
     default = form.default
-    if default is _SPEC_DEFAULT:
+    if default is SPEC_DEFAULT:
         default = _config_default(tp, field)
     return config_type, Field(default, description=doc)
 

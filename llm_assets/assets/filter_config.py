@@ -1,40 +1,54 @@
-"""The run config of ``filtered_documents``, built from the filter registry: each filter's
-settings (:meth:`~llm_assets.kernels.filters.base.Filter.settings`, declared once on its spec)
-under its key, plugins included, so nothing is declared twice."""
+"""The run config of ``filtered_documents``, built from the filter registry with the stages'
+builder (:func:`~llm_assets.assets.config.config_class`): each filter's block is made from its
+spec (its :attr:`~llm_assets.kernels.filters.base.Filter.spec_type`, the shape its class
+declares and its ``enabled`` switch) under its ``config_key``, plugins included, so nothing is
+declared twice."""
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
 import dagster as dg
 from pydantic import Field, create_model
 
-from llm_assets.kernels.filters.base import Filter, Inputs, Setting
+from llm_assets.assets.config import config_class, to_spec
+from llm_assets.kernels.filters.base import Filter, Inputs
 from llm_assets.kernels.filters.chain import FilterSpec
 from llm_assets.kernels.filters.registry import registry
 from llm_assets.paths import inside
 from llm_assets.stages.raw_documents import list_input_files
 
 
-def _field(setting: Setting) -> tuple[Any, Any]:
-    return setting.type, Field(setting.default, description=setting.help or None)
-
-
+@functools.cache
 def _section(cls: type[Filter]) -> type[dg.Config]:
-    """The config class of one filter's settings (its block under ``config_key``)."""
-    fields = {s.name: _field(s) for s in cls.settings()}
-    doc = (cls.__doc__ or "").strip()
-    return create_model(f"{cls.__name__}Config", __base__=dg.Config, __doc__=doc, **fields)
+    """The config class of one filter's settings (its block under ``config_key``, or top-level
+    keys when it has none)."""
+    return config_class(
+        cls.spec_type,
+        f"{cls.__name__}Config",
+        exclude=cls.exclude,
+        keys=cls.keys,
+        flatten=cls.flatten,
+        forms=cls.forms,
+        switch=cls.on_by_default if cls.switch else None,
+        doc=(cls.__doc__ or "").strip(),
+    )
+
+
+def _configured() -> tuple[type[Filter], ...]:
+    """The filters that have settings: those with a part in :class:`FilterSpec`."""
+    return tuple(cls for cls in registry() if cls.slots())
 
 
 def _filter_config() -> type[dg.Config]:
     fields: dict[str, Any] = {}
-    for cls in registry():
+    for cls in _configured():
+        section = _section(cls)
         if cls.config_key is None:
-            fields.update({s.name: _field(s) for s in cls.settings()})
+            fields.update({key: (f.annotation, f) for key, f in section.model_fields.items()})
         else:
-            section = _section(cls)
             fields[cls.config_key] = (section, Field(default_factory=section))
     return create_model("FilterConfig", __base__=dg.Config, **fields)
 
@@ -44,17 +58,18 @@ FilterConfig = _filter_config()
 
 def filter_spec(config: dg.Config, data_root: Path) -> FilterSpec:
     """The filter chain of ``filtered_documents`` from its run config: each filter turns its
-    settings into its spec, which refuses bad ones. Paths must resolve inside the data root."""
+    block into its parts, whose specs refuse bad settings. Paths must resolve inside the data
+    root."""
     inputs = Inputs(
         resolve=lambda path, setting: inside(path, data_root, setting),
         input_files=lambda folder: list_input_files(folder, data_root),
     )
-    values = config.model_dump()
     parts: dict[str, Any] = {}
-    for cls in registry():
+    for cls in _configured():
+        section = _section(cls)
         if cls.config_key is None:
-            given = {s.name: values[s.name] for s in cls.settings()}
+            block = section(**{key: getattr(config, key) for key in section.model_fields})
         else:
-            given = values[cls.config_key]
-        parts.update(cls.from_config(given, inputs))
+            block = getattr(config, cls.config_key)
+        parts.update(cls.from_config(block, to_spec, inputs))
     return FilterSpec(**parts)

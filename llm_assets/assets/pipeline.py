@@ -8,7 +8,7 @@ from typing import Any, Literal
 import dagster as dg
 from pydantic import Field
 
-from llm_assets.assets.config import Form, config_class, to_spec
+from llm_assets.assets.config import config_class, to_spec
 from llm_assets.assets.filter_config import FilterConfig, filter_spec
 from llm_assets.assets.reporting import materialize_result, sft_example_markdown
 from llm_assets.compute.resource import ComputeResource
@@ -29,6 +29,7 @@ from llm_assets.kernels.decontam import DecontamSpec
 from llm_assets.kernels.ingest.read import IngestSpec
 from llm_assets.kernels.mixing.mixture import MixtureSpec
 from llm_assets.kernels.normalize import NormalizeSpec
+from llm_assets.kernels.settings import Form
 from llm_assets.kernels.tokenize.gpt2 import GPT2
 from llm_assets.kernels.tokenize.spec import TokenizerSpec
 from llm_assets.paths import inside

@@ -89,10 +89,31 @@ class DecontamSpec:
     optional fields checked too; ``normalize``: how the documents were normalized, applied to
     the eval texts (the stage fills it in from ``normalized_documents``' config)."""
 
-    files: tuple[tuple[str, str], ...]
-    fields: tuple[str, ...] = ("text",)
-    ngram: int = 13
-    min_ngram: int = 8
+    files: tuple[tuple[str, str], ...] = field(
+        metadata={
+            "doc": "Eval sets whose text must not be trained on: files or folders (every input "
+            "file under them), read like raw_documents' input, under the data root. Empty: "
+            "no decontamination"
+        }
+    )
+    fields: tuple[str, ...] = field(
+        default=("text",),
+        metadata={
+            "doc": "The field (column) of each eval record's text, which every record must "
+            "have, then fields checked too when a record has them (strings, or lists of "
+            "strings such as answer choices)"
+        },
+    )
+    ngram: int = field(
+        default=13, metadata={"doc": "A document sharing this many consecutive words is dropped"}
+    )
+    min_ngram: int = field(
+        default=8,
+        metadata={
+            "doc": "Eval texts shorter than ngram words but of at least this many are matched "
+            "whole; shorter ones are not checked"
+        },
+    )
     normalize: NormalizeSpec = field(default_factory=NormalizeSpec)
 
     def __post_init__(self) -> None:

@@ -24,7 +24,7 @@ import itertools
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -59,7 +59,9 @@ _SHINGLE_CHUNK = 4_096
 class ExactDedupSpec:
     """SHA-256 of the normalized text; the first document in stable order is kept."""
 
-    enabled: bool = True
+    enabled: bool = field(
+        default=True, metadata={"doc": "Drop exact duplicates (SHA-256 of the text)"}
+    )
 
 
 @dataclass(frozen=True)
@@ -68,11 +70,13 @@ class NearDedupSpec:
 
     Documents whose estimated Jaccard similarity reaches ``threshold`` join one cluster."""
 
-    enabled: bool = True
-    ngram: int = 5
-    num_perm: int = 112
-    bands: int = 14
-    threshold: float = 0.8
+    enabled: bool = field(default=True, metadata={"doc": "Drop near duplicates (MinHash LSH)"})
+    ngram: int = field(default=5, metadata={"doc": "Words per shingle"})
+    num_perm: int = field(default=112, metadata={"doc": "MinHash permutations"})
+    bands: int = field(default=14, metadata={"doc": "LSH bands (num_perm must be a multiple)"})
+    threshold: float = field(
+        default=0.8, metadata={"doc": "Estimated Jaccard at which documents cluster"}
+    )
     seed: int = 1
 
     def __post_init__(self) -> None:

@@ -9,7 +9,7 @@ import pydantic
 import pytest
 
 from llm_assets.assets import pipeline
-from llm_assets.assets.config import Form, config_class, to_spec
+from llm_assets.assets.config import config_class, to_spec
 from llm_assets.constants import PIPELINE_JOB
 from llm_assets.definitions import defs
 from llm_assets.kernels.batching.spec import BatchSpec
@@ -17,6 +17,7 @@ from llm_assets.kernels.ingest.read import IngestSpec
 from llm_assets.kernels.mixing.mixture import MixtureSource, MixtureSpec
 from llm_assets.kernels.normalize import NormalizeSpec
 from llm_assets.kernels.pii import PiiSpec
+from llm_assets.kernels.settings import Form
 from llm_assets.kernels.tokenize.spec import TokenizerSpec
 
 
@@ -182,3 +183,30 @@ def test_the_jobs_config_schema_resolves_with_the_specs_descriptions():
         job, {"ops": {"training_batches": {"config": {"layout": "bucketed", "seq_len": 64}}}}
     )
     assert result["ops"]["training_batches"]["config"]["seq_len"] == 64
+
+
+@dataclass(frozen=True)
+class _Switched:
+    enabled: bool = field(default=True, metadata={"doc": "Run it"})
+    size: int = field(default=3, metadata={"doc": "How many"})
+    names: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.size < 1:
+            raise ValueError(f"size must be >= 1, got {self.size}")
+
+
+def test_a_switch_turns_the_spec_off_and_stands_for_its_enabled_field():
+    config_type = config_class(_Switched, "SwitchedConfig", switch=False, doc="A switched spec")
+    assert next(iter(config_type.model_fields)) == "enabled"
+    assert config_type.model_fields["enabled"].description == "Run it"
+    assert config_type.__doc__ == "A switched spec"
+    assert to_spec(config_type()) is None
+    assert to_spec(config_type(size=0)) is None  # off: the spec is not made, nor checks
+    assert to_spec(config_type(enabled=True, names=["a"])) == _Switched(names=("a",))
+
+
+def test_fields_the_caller_makes_are_not_converted():
+    config_type = config_class(_Switched, "GivenConfig")
+    spec = to_spec(config_type(names=["a"]), names=("b", "c"))
+    assert spec == _Switched(names=("b", "c"))

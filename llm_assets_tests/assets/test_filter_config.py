@@ -3,12 +3,19 @@ default of the hand-written config it replaces, and the specs' refusals."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from llm_assets.assets.filter_config import FilterConfig, filter_spec
+from llm_assets.kernels.decontam import DecontamSpec
+from llm_assets.kernels.dedup import ExactDedupSpec, NearDedupSpec
 from llm_assets.kernels.filters.chain import FilterSpec
 from llm_assets.kernels.filters.gopher_quality import QualitySpec
 from llm_assets.kernels.filters.gopher_repetition import RepetitionSpec
+from llm_assets.kernels.filters.label import LabelSpec
+from llm_assets.kernels.filters.language import LanguageSpec
+from llm_assets.kernels.filters.length import LengthFilterSpec
 from llm_assets.kernels.filters.registry import setting_of
 
 DEFAULTS = {
@@ -109,3 +116,27 @@ def test_a_bad_setting_is_refused_by_its_spec(tmp_path, config, message):
 )
 def test_each_reason_names_the_setting_to_change(reason, setting):
     assert f"filtered_documents.config.{setting_of(reason)}" == setting
+
+
+def _doc(spec_type: type, name: str) -> str | None:
+    return next(f for f in dataclasses.fields(spec_type) if f.name == name).metadata.get("doc")
+
+
+def test_the_descriptions_are_the_specs():
+    fields = FilterConfig.model_fields
+    assert fields["min_tokens"].description == _doc(LengthFilterSpec, "min_tokens")
+    assert fields["label_field"].description == _doc(LabelSpec, "field")
+    dedup = fields["dedup"].annotation.model_fields
+    assert dedup["exact"].description == _doc(ExactDedupSpec, "enabled")
+    assert dedup["near"].description == _doc(NearDedupSpec, "enabled")
+    assert dedup["bands"].description == _doc(NearDedupSpec, "bands")
+    decontaminate = fields["decontaminate"].annotation.model_fields
+    assert decontaminate["paths"].description == _doc(DecontamSpec, "files")
+    assert decontaminate["min_ngram"].description == _doc(DecontamSpec, "min_ngram")
+    language = fields["language"].annotation.model_fields
+    assert language["enabled"].description == _doc(LanguageSpec, "enabled")
+
+
+def test_near_dedup_off_leaves_its_other_settings_unchecked(tmp_path):
+    spec = filter_spec(FilterConfig(dedup={"near": False, "num_perm": 100}), tmp_path)
+    assert spec.near_dedup is None and spec.exact_dedup == ExactDedupSpec()

@@ -6,10 +6,13 @@ A filter is a subclass of :class:`Filter` in a module of its own. It declares, o
   config and fingerprint; ``config_key``: its key under ``filtered_documents.config`` in the run
   config (None: its settings sit at the top level, as ``min_tokens`` does);
 * ``spec_type``: a frozen, picklable dataclass of its settings, whose fields carry their
-  defaults, their run-config descriptions (:func:`describe`) and whose ``__post_init__`` refuses
-  bad values: the Dagster config is built from it, not written again;
+  defaults and run-config descriptions (``field(metadata={"doc": ...})``,
+  :mod:`llm_assets.kernels.settings`) and whose ``__post_init__`` refuses bad values: the Dagster
+  config is built from it (:mod:`llm_assets.assets.filter_config`), not written again;
+  ``keys``, ``exclude``, ``flatten`` and ``forms`` say where its run-config block differs from
+  the spec, and :meth:`Filter.from_config` makes the spec from a setting the spec does not hold;
 * ``reasons``: the reject reasons it gives, and ``hint``: the setting to change when it rejects
-  every document;
+  every document (default: its block, or ``enabled: false``);
 * :meth:`Filter.apply`: Arrow table in, :class:`~llm_assets.kernels.schema.StageResult` out.
 
 The registry (:mod:`llm_assets.kernels.filters.registry`) lists the built-ins and the plugins of
@@ -20,8 +23,6 @@ alike.
 from __future__ import annotations
 
 import dataclasses
-import types
-import typing
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ import numpy as np
 import pyarrow as pa
 
 from llm_assets.kernels.schema import TEXT, StageResult
+from llm_assets.kernels.settings import Form
 from llm_assets.kernels.words import Words
 
 if TYPE_CHECKING:
@@ -43,20 +45,8 @@ ROW = "__filter_row"
 """The column numbering the rows of a batch while the chain runs (:class:`SharedWords`)."""
 
 
-def describe(help: str = "", *, config: bool = True) -> dict[str, Any]:
-    """A spec field's metadata: its run-config description; ``config=False`` keeps it out of
-    the run config (a setting only code sets). ``field(default=..., metadata=describe(...))``."""
-    return {"help": help, "config": config}
-
-
-@dataclass(frozen=True)
-class Setting:
-    """One run-config setting of a filter: key, JSON-like type, default and description."""
-
-    name: str
-    type: Any
-    default: Any
-    help: str = ""
+Build = Callable[..., Any]
+"""Makes a filter's spec from its run config: ``build(config, **fields) -> spec | None``."""
 
 
 @dataclass(frozen=True)
@@ -91,23 +81,6 @@ class SharedWords:
         return self.words
 
 
-def _config_type(annotation: Any) -> Any:
-    """The run-config type of a spec field: a tuple of X is a list of X (Dagster config has no
-    tuples)."""
-    origin = typing.get_origin(annotation)
-    if origin is tuple:
-        args = typing.get_args(annotation)
-        return list[_config_type(args[0])] if len(args) == 2 and args[1] is Ellipsis else list
-    if origin in (typing.Union, types.UnionType):
-        args = tuple(_config_type(a) for a in typing.get_args(annotation))
-        return typing.Union[args]  # noqa: UP007
-    return annotation
-
-
-def _config_value(value: Any) -> Any:
-    return [_config_value(v) for v in value] if isinstance(value, tuple) else value
-
-
 class Filter(ABC):
     """One step of the filter chain, built from its part of the
     :class:`~llm_assets.kernels.filters.chain.FilterSpec` (None: off, no step)."""
@@ -121,8 +94,15 @@ class Filter(ABC):
     every document."""
     on_by_default: ClassVar[bool] = False
     switch: ClassVar[bool] = True
-    """An ``enabled`` setting turns the filter on and off."""
-    enabled_help: ClassVar[str] = ""
+    """An ``enabled`` setting (default :attr:`on_by_default`) turns the filter on and off."""
+    keys: ClassVar[Mapping[str, str]] = {}
+    """Spec field -> its run-config key, where they differ."""
+    exclude: ClassVar[tuple[str, ...]] = ()
+    """Spec fields that are not settings (they keep the spec's default)."""
+    flatten: ClassVar[tuple[str, ...]] = ()
+    """Nested-spec fields whose own fields are settings of the filter's block."""
+    forms: ClassVar[Mapping[str, Form]] = {}
+    """Spec field -> how its run-config value differs in form (:class:`Form`)."""
     recorded_when_off: ClassVar[bool] = False
     """An off filter still enters the stage config (as None): true of the filters the first
     warehouses were written with, whose fingerprints carry them; a filter added since is left
@@ -175,31 +155,12 @@ class Filter(ABC):
         """The setting to change when ``reason`` (one of its own) takes every document."""
         return cls.hint or f"{cls.config_key} (or enabled: false)"
 
-    # --- the run config ----------------------------------------------------------------------
+    # --- the run config ---------------------------------------------------------------------
     @classmethod
-    def settings(cls) -> tuple[Setting, ...]:
-        """Its run-config settings: ``enabled`` (with :attr:`switch`), then the spec's fields."""
-        hints = typing.get_type_hints(cls.spec_type)
-        out = [Setting("enabled", bool, cls.on_by_default, cls.enabled_help)] if cls.switch else []
-        for f in dataclasses.fields(cls.spec_type):
-            if not f.metadata.get("config", True) or (cls.switch and f.name == "enabled"):
-                continue
-            default = None if f.default is dataclasses.MISSING else _config_value(f.default)
-            out.append(
-                Setting(f.name, _config_type(hints[f.name]), default, f.metadata.get("help", ""))
-            )
-        return tuple(out)
-
-    @classmethod
-    def from_config(cls, values: Mapping[str, Any], inputs: Inputs) -> dict[str, Any]:
-        """Its parts of the :class:`FilterSpec` from its run-config ``values`` (those of
-        :meth:`settings`); the spec refuses bad ones."""
-        if cls.switch and not values.get("enabled", cls.on_by_default):
-            return dict.fromkeys(cls.slots())
-        names = {f.name for f in dataclasses.fields(cls.spec_type)}
-        given = {
-            k: tuple(v) if isinstance(v, list) else v
-            for k, v in values.items()
-            if k in names and k != "enabled"
-        }
-        return {cls.name: cls.spec_type(**given)}
+    def from_config(cls, config: Any, build: Build, inputs: Inputs) -> dict[str, Any]:
+        """Its parts of the :class:`FilterSpec` from its run config ``config`` (made from
+        :attr:`spec_type` as :attr:`keys`, :attr:`exclude`, :attr:`flatten`, :attr:`forms` and
+        the switch say);
+        ``build(config, **fields)`` makes the spec (None: switched off), which refuses bad
+        values; ``fields``: spec values the filter makes itself from the config."""
+        return {cls.name: build(config)}

@@ -4,18 +4,16 @@ are rejected (the kernel: :mod:`llm_assets.kernels.decontam`)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import fields
-from typing import Any
+from typing import Any, ClassVar
 
 import pyarrow as pa
 
 from llm_assets.kernels.decontam import CONTAMINATED, DecontamSpec, EvalSetError, check_eval_sets
 from llm_assets.kernels.decontam import decontam_filter as decontam_kernel
-from llm_assets.kernels.filters.base import Filter, Inputs, Setting, SharedWords
+from llm_assets.kernels.filters.base import Build, Filter, Inputs, SharedWords
 from llm_assets.kernels.ingest.formats import detect_format
 from llm_assets.kernels.schema import PROMPT, StageResult
-
-_DEFAULTS = {f.name: f.default for f in fields(DecontamSpec)}
+from llm_assets.kernels.settings import Form
 
 
 class DecontamFilter(Filter):
@@ -27,51 +25,20 @@ class DecontamFilter(Filter):
     reasons = (CONTAMINATED,)
     hint = "decontaminate (the eval sets, ngram, min_ngram)"
     switch = False
+    keys: ClassVar[Mapping[str, str]] = {"files": "paths"}
+    exclude = ("normalize",)
+    forms: ClassVar[Mapping[str, Form]] = {"files": Form(type=list[str], default=[])}
 
     @classmethod
-    def settings(cls) -> tuple[Setting, ...]:
-        return (
-            Setting(
-                "paths",
-                list[str],
-                [],
-                "Eval sets whose text must not be trained on: files or folders (every input "
-                "file under them), read like raw_documents' input, under the data root. Empty: "
-                "no decontamination",
-            ),
-            Setting(
-                "fields",
-                list[str],
-                list(_DEFAULTS["fields"]),
-                "The field (column) of each eval record's text, which every record must have, "
-                "then fields checked too when a record has them (strings, or lists of strings "
-                "such as answer choices)",
-            ),
-            Setting(
-                "ngram",
-                int,
-                _DEFAULTS["ngram"],
-                "A document sharing this many consecutive words is dropped",
-            ),
-            Setting(
-                "min_ngram",
-                int,
-                _DEFAULTS["min_ngram"],
-                "Eval texts shorter than ngram words but of at least this many are matched "
-                "whole; shorter ones are not checked",
-            ),
-        )
-
-    @classmethod
-    def from_config(cls, values: Mapping[str, Any], inputs: Inputs) -> dict[str, Any]:
+    def from_config(cls, config: Any, build: Build, inputs: Inputs) -> dict[str, Any]:
         """The eval sets (None: no paths, off). Each path is a file or a folder (its input
         files, as ``raw_documents`` lists them) inside the data root; the files are read here,
         so an unreadable record or a missing field fails the run's first step, named (cached:
         later steps do not read them again)."""
-        if not values.get("paths"):
+        if not config.paths:
             return {cls.name: None}
         files: list[tuple[str, str]] = []
-        for given in values["paths"]:
+        for given in config.paths:
             path = inputs.resolve(given, "decontaminate.paths")
             if path.is_dir():
                 try:
@@ -87,12 +54,7 @@ class DecontamFilter(Filter):
                 files.append((str(path), given))
             else:
                 raise ValueError(f"decontaminate.paths {given!r}: no such file or folder")
-        spec = DecontamSpec(
-            files=tuple(dict.fromkeys(files)),
-            fields=tuple(values.get("fields", _DEFAULTS["fields"])),
-            ngram=values.get("ngram", _DEFAULTS["ngram"]),
-            min_ngram=values.get("min_ngram", _DEFAULTS["min_ngram"]),
-        )
+        spec = build(config, files=tuple(dict.fromkeys(files)))
         try:
             check_eval_sets(spec)
         except EvalSetError as exc:

@@ -5,7 +5,8 @@ step then decides the duplicates (:mod:`llm_assets.kernels.dedup`)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import pyarrow as pa
 
@@ -16,11 +17,19 @@ from llm_assets.kernels.dedup import (
     NearDedupSpec,
     dedup_annotate,
 )
-from llm_assets.kernels.filters.base import Filter, Inputs, Setting, SharedWords
+from llm_assets.kernels.filters.base import Build, Filter, Inputs, SharedWords
 from llm_assets.kernels.schema import StageResult
 
 if TYPE_CHECKING:
     from llm_assets.kernels.filters.chain import FilterSpec
+
+
+@dataclass(frozen=True)
+class DedupSpecs:
+    """The ``dedup`` block of the run config: both specs, each on when its ``enabled`` is."""
+
+    exact: ExactDedupSpec = field(default_factory=ExactDedupSpec)
+    near: NearDedupSpec = field(default_factory=NearDedupSpec)
 
 
 class DedupAnnotation(Filter):
@@ -28,7 +37,14 @@ class DedupAnnotation(Filter):
 
     name = "dedup"
     config_key = "dedup"
-    spec_type = NearDedupSpec
+    spec_type = DedupSpecs
+    flatten = ("exact", "near")
+    keys: ClassVar[Mapping[str, str]] = {
+        "exact.enabled": "exact",
+        "near.enabled": "near",
+        **{f"near.{name}": name for name in ("ngram", "num_perm", "bands", "threshold")},
+    }
+    exclude = ("near.seed",)
     reasons = (EXACT_DUPLICATE, NEAR_DUPLICATE)
     switch = False
     recorded_when_off = True
@@ -49,25 +65,12 @@ class DedupAnnotation(Filter):
         return cls((exact, near))
 
     @classmethod
-    def settings(cls) -> tuple[Setting, ...]:
-        near = NearDedupSpec()
-        return (
-            Setting("exact", bool, True, "Drop exact duplicates (SHA-256 of the text)"),
-            Setting("near", bool, True, "Drop near duplicates (MinHash LSH)"),
-            Setting("ngram", int, near.ngram, "Words per shingle"),
-            Setting("num_perm", int, near.num_perm, "MinHash permutations"),
-            Setting("bands", int, near.bands, "LSH bands (num_perm must be a multiple)"),
-            Setting(
-                "threshold", float, near.threshold, "Estimated Jaccard at which documents cluster"
-            ),
-        )
-
-    @classmethod
-    def from_config(cls, values: Mapping[str, Any], inputs: Inputs) -> dict[str, Any]:
-        near = {k: values[k] for k in ("ngram", "num_perm", "bands", "threshold") if k in values}
+    def from_config(cls, config: Any, build: Build, inputs: Inputs) -> dict[str, Any]:
+        """Both specs; near-dedup's other settings are not checked when it is off."""
+        both = build(config) if config.near else build(config, near=NearDedupSpec(enabled=False))
         return {
-            "exact_dedup": ExactDedupSpec() if values.get("exact", True) else None,
-            "near_dedup": NearDedupSpec(**near) if values.get("near", True) else None,
+            "exact_dedup": both.exact if both.exact.enabled else None,
+            "near_dedup": both.near if both.near.enabled else None,
         }
 
     @classmethod

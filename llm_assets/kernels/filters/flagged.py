@@ -23,7 +23,7 @@ from __future__ import annotations
 import functools
 import os
 import unicodedata
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -33,7 +33,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from llm_assets.kernels.filters.base import FILTER_STAGE, Filter, Inputs, SharedWords, describe
+from llm_assets.kernels.filters.base import FILTER_STAGE, Build, Filter, Inputs, SharedWords
 from llm_assets.kernels.schema import TEXT, StageResult, drop_rows, empty_rejects, string_array
 
 FLAGGED_WORDS = "flagged_words"
@@ -63,12 +63,12 @@ class FlaggedWordsSpec:
     enabled: bool = True
     path: str | None = field(
         default=None,
-        metadata=describe("Word list (one per line); default: the shipped English list"),
+        metadata={"doc": "Word list (one per line); default: the shipped English list"},
     )
     """A UTF-8 word list, one word or phrase per line, ``#`` comments; None: the shipped
     English list."""
     max_density: float = field(
-        default=0.01, metadata=describe("Flagged words per word above which to drop")
+        default=0.01, metadata={"doc": "Flagged words per word above which to drop"}
     )
 
     def __post_init__(self) -> None:
@@ -293,15 +293,15 @@ class FlaggedWordsFilter(Filter):
     recorded_when_off = True
 
     @classmethod
-    def from_config(cls, values: Mapping[str, Any], inputs: Inputs) -> dict[str, Any]:
-        path = values.get("path")
-        if values.get("enabled", True) and path:
+    def from_config(cls, config: Any, build: Build, inputs: Inputs) -> dict[str, Any]:
+        path = config.path
+        if config.enabled and path:
             inputs.resolve(path, "flagged_words.path")
             try:
                 load_word_list(path)
             except (OSError, ValueError) as exc:
                 raise ValueError(f"flagged_words.path {path!r}: {exc}") from exc
-        return super().from_config(values, inputs)
+        return super().from_config(config, build, inputs)
 
     def apply(self, table: pa.Table, words: SharedWords) -> StageResult:
         return flagged_filter(table, self.spec)

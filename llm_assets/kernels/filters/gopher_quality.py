@@ -27,14 +27,14 @@ document.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from llm_assets.kernels.filters.base import Filter, SharedWords, describe
+from llm_assets.kernels.filters.base import Filter, SharedWords
 from llm_assets.kernels.filters.bounds import (
     Check,
     check_bound,
@@ -123,10 +123,7 @@ class QualitySpec:
     English only: with a ``language`` column in the table (language identification on), documents
     identified as another language skip this check (see the module docstring); without one,
     every document is checked."""
-    stop_words: tuple[str, ...] = field(
-        default=("the", "be", "to", "of", "and", "that", "have", "with"),
-        metadata=describe(config=False),
-    )
+    stop_words: tuple[str, ...] = ("the", "be", "to", "of", "and", "that", "have", "with")
 
     def __post_init__(self) -> None:
         owner = type(self).__name__
@@ -313,8 +310,8 @@ class GopherQualityFilter(Filter):
     config_key = "quality"
     spec_type = QualitySpec
     reasons = QUALITY_REASONS[:-1]
-    hint = "quality (or enabled: false)"
     on_by_default = True
+    exclude = ("stop_words",)
     recorded_when_off = True
 
     @classmethod

@@ -42,15 +42,16 @@ from __future__ import annotations
 import numbers
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import ClassVar
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from llm_assets.kernels.filters.base import Filter, Inputs, Setting, SharedWords, describe
+from llm_assets.kernels.filters.base import Filter, SharedWords
 from llm_assets.kernels.filters.bounds import Check, check_bound, drop_first_failure, format_share
 from llm_assets.kernels.schema import TEXT, StageResult
+from llm_assets.kernels.settings import Form
 from llm_assets.kernels.words import (
     Pieces,
     Words,
@@ -119,11 +120,11 @@ class RepetitionSpec:
     max_dup_para_char_ratio: float | None = 0.2
     top_ngram_char_ratios: NgramBounds = field(
         default=((2, 0.20), (3, 0.18), (4, 0.16)),
-        metadata=describe("n -> max share of characters in the most frequent n-gram"),
+        metadata={"doc": "n -> max share of characters in the most frequent n-gram"},
     )
     dup_ngram_char_ratios: NgramBounds = field(
         default=((5, 0.15), (6, 0.14), (7, 0.13), (8, 0.12), (9, 0.11), (10, 0.10)),
-        metadata=describe("n -> max share of characters in duplicated n-grams"),
+        metadata={"doc": "n -> max share of characters in duplicated n-grams"},
     )
 
     def __post_init__(self) -> None:
@@ -409,9 +410,6 @@ def repetition_filter(
     return drop_first_failure(table, _repetition_checks(spec), measures)
 
 
-_NGRAM_SETTINGS = ("top_ngram_char_ratios", "dup_ngram_char_ratios")
-
-
 def _ngram_bounds(bounds: Mapping[str, float]) -> NgramBounds:
     try:
         return tuple(sorted((int(n), float(v)) for n, v in bounds.items()))
@@ -425,27 +423,16 @@ class GopherRepetitionFilter(Filter):
     name = "repetition"
     config_key = "repetition"
     spec_type = RepetitionSpec
-    hint = "repetition (or enabled: false)"
     on_by_default = True
     recorded_when_off = True
+    forms: ClassVar[Mapping[str, Form]] = {
+        name: Form(type=dict[str, float], to_spec=_ngram_bounds)
+        for name in ("top_ngram_char_ratios", "dup_ngram_char_ratios")
+    }
 
     @classmethod
     def owns(cls, reason: str) -> bool:
         return reason.startswith(("dup_", "top_"))
-
-    @classmethod
-    def settings(cls) -> tuple[Setting, ...]:
-        return tuple(
-            Setting(s.name, dict[str, float], {str(n): b for n, b in s.default}, s.help)
-            if s.name in _NGRAM_SETTINGS
-            else s
-            for s in super().settings()
-        )
-
-    @classmethod
-    def from_config(cls, values: Mapping[str, Any], inputs: Inputs) -> dict[str, Any]:
-        given = {k: _ngram_bounds(v) if k in _NGRAM_SETTINGS else v for k, v in values.items()}
-        return super().from_config(given, inputs)
 
     def apply(self, table: pa.Table, words: SharedWords) -> StageResult:
         return repetition_filter(table, self.spec, words(table))

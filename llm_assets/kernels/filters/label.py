@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import pyarrow as pa
 
-from llm_assets.kernels.filters.base import FILTER_STAGE, Filter, Inputs, Setting, SharedWords
+from llm_assets.kernels.filters.base import FILTER_STAGE, Build, Filter, Inputs, SharedWords
 from llm_assets.kernels.schema import LABEL, METADATA, StageResult, drop_rows
+from llm_assets.kernels.settings import Form
 
 MISSING_LABEL = "missing_label"
 UNMAPPED_LABEL = "unmapped_label"
@@ -29,8 +31,12 @@ class LabelSpec:
     values are kept as they are (not stripped).
     """
 
-    field: str
-    mapping: tuple[tuple[str, str], ...] = ()
+    field: str = dataclasses.field(
+        metadata={"doc": "Record field to carry as the class label (e.g. rating)"}
+    )
+    mapping: tuple[tuple[str, str], ...] = dataclasses.field(
+        default=(), metadata={"doc": "Map label values, e.g. {'1': 'negative', '5': 'positive'}"}
+    )
 
     def __post_init__(self) -> None:
         if not self.field:
@@ -81,34 +87,25 @@ class LabelFilter(Filter):
     reasons = (MISSING_LABEL, UNMAPPED_LABEL)
     switch = False
     recorded_when_off = True
+    keys: ClassVar[Mapping[str, str]] = {"field": "label_field", "mapping": "label_mapping"}
+    forms: ClassVar[Mapping[str, Form]] = {
+        "field": Form(type=str | None, default=None),
+        "mapping": Form(
+            type=dict[str, str] | None,
+            default=None,
+            to_spec=lambda mapping: tuple(sorted((mapping or {}).items())),
+        ),
+    }
 
     @classmethod
-    def settings(cls) -> tuple[Setting, ...]:
-        return (
-            Setting(
-                "label_field",
-                str | None,
-                None,
-                "Record field to carry as the class label (e.g. rating)",
-            ),
-            Setting(
-                "label_mapping",
-                dict[str, str] | None,
-                None,
-                "Map label values, e.g. {'1': 'negative', '5': 'positive'}",
-            ),
-        )
-
-    @classmethod
-    def from_config(cls, values: Mapping[str, Any], inputs: Inputs) -> dict[str, Any]:
-        field, mapping = values.get("label_field"), values.get("label_mapping")
-        if not field:
-            if mapping:
+    def from_config(cls, config: Any, build: Build, inputs: Inputs) -> dict[str, Any]:
+        if not config.label_field:
+            if config.label_mapping:
                 raise ValueError(
                     "label_mapping is set but label_field is not: name the field to map"
                 )
             return {cls.name: None}
-        return {cls.name: LabelSpec(field=field, mapping=tuple(sorted((mapping or {}).items())))}
+        return {cls.name: build(config)}
 
     @classmethod
     def setting_of(cls, reason: str) -> str:

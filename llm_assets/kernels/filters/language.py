@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from llm_assets.kernels.filters.base import FILTER_STAGE, Filter, SharedWords, describe
+from llm_assets.kernels.filters.base import FILTER_STAGE, Filter, SharedWords
 from llm_assets.kernels.schema import LANGUAGE, TEXT, StageResult, drop_rows
 
 LANGUAGE_SCORE = "language_score"
@@ -65,18 +65,20 @@ class LanguageSpec:
     refused, since no document would ever match it). ``languages=()`` annotates every document
     without filtering; ``enabled=False`` skips identification altogether (no columns)."""
 
-    enabled: bool = True
+    enabled: bool = field(
+        default=True, metadata={"doc": "Identify the language (columns language, score)"}
+    )
     languages: tuple[str, ...] = field(
         default=("en",),
-        metadata=describe("Languages to keep (ISO 639-1); empty: annotate only, keep all"),
+        metadata={"doc": "Languages to keep (ISO 639-1); empty: annotate only, keep all"},
     )
-    min_score: float = field(default=0.65, metadata=describe("Minimum probability of the language"))
+    min_score: float = field(default=0.65, metadata={"doc": "Minimum probability of the language"})
     max_chars: int = field(
         default=500,
-        metadata=describe(
-            "At most this many characters are read from the start of each document: 100 first, "
-            "and up to max_chars for documents identified with a score below 0.9"
-        ),
+        metadata={
+            "doc": "At most this many characters are read from the start of each document: 100 "
+            "first, and up to max_chars for documents identified with a score below 0.9"
+        },
     )
     """At most this many leading characters are identified: the language of a document shows in
     its beginning, and the model's cost grows with length. A first look reads
@@ -266,7 +268,6 @@ class LanguageFilter(Filter):
     config_key = "language"
     spec_type = LanguageSpec
     reasons = (WRONG_LANGUAGE, LOW_LANGUAGE_SCORE)
-    enabled_help = "Identify the language (columns language, score)"
     on_by_default = True
     recorded_when_off = True
 

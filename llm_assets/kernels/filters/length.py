@@ -8,7 +8,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from llm_assets.kernels.filters.base import FILTER_STAGE, Filter, SharedWords, describe
+from llm_assets.kernels.filters.base import FILTER_STAGE, Filter, SharedWords
 from llm_assets.kernels.schema import N_TOKENS, StageResult, drop_rows
 
 TOO_FEW_TOKENS = "too_few_tokens"
@@ -20,10 +20,10 @@ class LengthFilterSpec:
     """Token-count bounds; the study dropped texts under 10 tokens. ``max_tokens`` None = no cap."""
 
     min_tokens: int = field(
-        default=10, metadata=describe("Drop documents with fewer tokens (study: 10)")
+        default=10, metadata={"doc": "Drop documents with fewer tokens (study: 10)"}
     )
     max_tokens: int | None = field(
-        default=None, metadata=describe("Drop documents with more tokens")
+        default=None, metadata={"doc": "Drop documents with more tokens"}
     )
 
     def __post_init__(self) -> None:

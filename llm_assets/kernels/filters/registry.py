@@ -71,7 +71,7 @@ def registry() -> tuple[type[Filter], ...]:
 
 
 def setting_of(reason: str) -> str:
-    """The describe (under ``filtered_documents.config``) to change when ``reason`` takes every
+    """The setting (under ``filtered_documents.config``) to change when ``reason`` takes every
     document. An unknown reason gets the quality rules', the filter of the most reasons."""
     owner = next((f for f in registry() if f.owns(reason)), GopherQualityFilter)
     return owner.setting_of(reason)

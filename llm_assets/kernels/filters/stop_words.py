@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from llm_assets.kernels.filters.base import Filter, Setting, SharedWords
+from llm_assets.kernels.filters.base import Filter, SharedWords
 from llm_assets.kernels.filters.gopher_quality import (
     TOO_FEW_STOP_WORDS,
     GopherQualityFilter,
@@ -36,7 +36,6 @@ class StopWordsFilter(Filter):
     config_key = None
     spec_type = QualitySpec
     reasons = (TOO_FEW_STOP_WORDS,)
-    hint = GopherQualityFilter.hint
     switch = False
 
     @classmethod
@@ -44,12 +43,8 @@ class StopWordsFilter(Filter):
         return ()
 
     @classmethod
-    def settings(cls) -> tuple[Setting, ...]:
-        return ()
-
-    @classmethod
-    def from_config(cls, values: Any, inputs: Any) -> dict[str, Any]:
-        return {}
+    def setting_of(cls, reason: str) -> str:
+        return GopherQualityFilter.setting_of(reason)
 
     @classmethod
     def of(cls, spec: FilterSpec) -> Filter | None:

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from llm_assets.constants import CATALOG_FILE, DEFAULT_WAREHOUSE_DIR, PIPELINE_JOB
-from llm_assets.kernels.filters.chain import FilterSpec, filter_table
 from llm_assets.kernels.filters import registry
+from llm_assets.kernels.filters.chain import FilterSpec, filter_table
 from llm_assets.warehouse.catalog import Catalog
 from llm_assets_tests.conftest import REPO
 

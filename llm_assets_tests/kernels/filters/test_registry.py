@@ -8,9 +8,9 @@ from importlib.metadata import EntryPoint
 import pyarrow as pa
 import pytest
 
+from llm_assets.kernels.filters import registry
 from llm_assets.kernels.filters.base import Filter, SharedWords
 from llm_assets.kernels.filters.length import LengthFilterSpec
-from llm_assets.kernels.filters import registry
 from llm_assets.kernels.schema import StageResult
 
 
