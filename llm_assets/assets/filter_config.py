@@ -13,7 +13,6 @@ from pydantic import Field, create_model
 from llm_assets.kernels.filters.base import Filter, Inputs, Setting
 from llm_assets.kernels.filters.chain import FilterSpec
 from llm_assets.kernels.filters.registry import registry
-from llm_assets.paths import inside
 from llm_assets.stages.raw_documents import list_input_files
 
 
@@ -44,9 +43,10 @@ FilterConfig = _filter_config()
 
 def filter_spec(config: dg.Config, data_root: Path) -> FilterSpec:
     """The filter chain of ``filtered_documents`` from its run config: each filter turns its
-    settings into its spec, which refuses bad ones. Paths must resolve inside the data root."""
+    settings into its spec, which refuses bad ones. Paths are read where they are; a link in a
+    folder of them must lead inside that folder or ``data_root`` (:mod:`llm_assets.paths`)."""
     inputs = Inputs(
-        resolve=lambda path, setting: inside(path, data_root, setting),
+        resolve=lambda path, setting: Path(path).expanduser().resolve(),
         input_files=lambda folder: list_input_files(folder, data_root),
     )
     values = config.model_dump()

@@ -36,7 +36,7 @@ class DecontamFilter(Filter):
                 list[str],
                 [],
                 "Eval sets whose text must not be trained on: files or folders (every input "
-                "file under them), read like raw_documents' input, under the data root. Empty: "
+                "file under them), read like raw_documents' input, wherever they are. Empty: "
                 "no decontamination",
             ),
             Setting(
@@ -65,7 +65,7 @@ class DecontamFilter(Filter):
     @classmethod
     def from_config(cls, values: Mapping[str, Any], inputs: Inputs) -> dict[str, Any]:
         """The eval sets (None: no paths, off). Each path is a file or a folder (its input
-        files, as ``raw_documents`` lists them) inside the data root; the files are read here,
+        files, as ``raw_documents`` lists them), wherever it is; the files are read here,
         so an unreadable record or a missing field fails the run's first step, named (cached:
         later steps do not read them again)."""
         if not values.get("paths"):
