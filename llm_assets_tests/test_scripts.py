@@ -47,6 +47,20 @@ def test_setup_installs_each_set_once_and_the_test_set_holds_the_runtime(tmp_pat
     assert installs("runtime") == ["-m pip install --quiet -e ."]
 
 
+def test_a_failed_install_shows_pip_s_output_and_sets_no_stamp(tmp_path):
+    shutil.copytree(REPO / "scripts", tmp_path / "scripts")
+    shutil.copy(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
+    python = tmp_path / ".venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text('#!/bin/sh\necho "no matching distribution for $*"\nexit 1\n')
+    python.chmod(0o755)
+    result = _setup(tmp_path, "runtime")
+    assert result.returncode == 1
+    assert "no matching distribution for -m pip install" in result.stderr
+    assert f"its whole output is in {tmp_path}/.venv/pip-install.log" in result.stderr
+    assert not (tmp_path / ".venv" / ".llm-assets-runtime").exists()
+
+
 def test_setup_refuses_an_unknown_set_before_doing_anything():
     result = _setup(REPO, "everything")
     assert result.returncode == 2

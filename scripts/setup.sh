@@ -16,8 +16,18 @@ if [ ! -x .venv/bin/python ]; then
 fi
 stamp=".venv/.llm-assets-$1"
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-  .venv/bin/python -m pip install --quiet --upgrade pip
-  .venv/bin/python -m pip install --quiet -e "$target"
+  # pip's output goes to a log, shown only when it fails: a run's output stays the run's.
+  log=.venv/pip-install.log
+  echo "Installing llm-assets ($1: pip install -e $target) into .venv; the first time takes" \
+    "a few minutes" >&2
+  if ! {
+    .venv/bin/python -m pip install --quiet --upgrade pip &&
+      .venv/bin/python -m pip install --quiet -e "$target"
+  } >"$log" 2>&1; then
+    tail -n 30 "$log" >&2
+    echo "pip install failed; its whole output is in $PWD/$log" >&2
+    exit 1
+  fi
   touch "$stamp"
   # The test set holds the runtime: a run after the tests installs nothing more.
   if [ "$1" = test ]; then touch .venv/.llm-assets-runtime; fi
