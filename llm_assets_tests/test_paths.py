@@ -1,19 +1,21 @@
-"""Every input and output path must resolve inside the data root: ``..`` and symlinks out are
-refused with a message naming the path and the root."""
+"""An input path named in run config is read where it is; a link found inside an input folder
+must lead inside that folder or the data root, and the warehouse must lie inside the data root:
+``..`` and symlinks out are refused with a message naming the path and the folders."""
 
 from __future__ import annotations
 
 import dagster as dg
 import pytest
 
-from llm_assets.assets.pipeline import PIPELINE_ASSET_DEFS
+from llm_assets.assets.filter_config import FilterConfig, filter_spec
+from llm_assets.assets.pipeline import PIPELINE_ASSET_DEFS, TokenizeConfig, tokenizer_spec
 from llm_assets.compute.resource import ComputeResource
-from llm_assets.paths import DATA_ROOT_ENV, PathEscapeError, inside, resolve_data_root
+from llm_assets.paths import DATA_ROOT_ENV, PathEscapeError, inside, resolve_data_root, shown
 from llm_assets.stages.engine import StageInputError
 from llm_assets.stages.raw_documents import list_input_files
 from llm_assets.warehouse.resource import WarehouseResource
 from llm_assets_tests.assets.test_pipeline import _failure_message
-from llm_assets_tests.conftest import pipeline_run_config
+from llm_assets_tests.conftest import gpt2_folder
 
 
 def test_inside_accepts_the_root_and_below_and_refuses_dotdot(tmp_path):
@@ -51,33 +53,99 @@ def test_symlinked_file_or_folder_pointing_out_is_refused(tmp_path):
     with pytest.raises(StageInputError, match=r"input file .*leak\.jsonl.* outside the data root"):
         list_input_files(root / "in", root.resolve())
     (root / "in" / "leak.jsonl").unlink()
+    # The input folder itself is named, not found: read where its link leads.
     (root / "linked").symlink_to(tmp_path, target_is_directory=True)
-    with pytest.raises(StageInputError, match=r"input folder .* outside the data root"):
-        list_input_files(root / "linked", root.resolve())
+    assert _rel_names(root / "linked", root) == ["data/in/ok.jsonl", "secret.jsonl"]
     # A symlink that stays inside the root is fine.
     (root / "in" / "alias.jsonl").symlink_to(root / "in" / "ok.jsonl")
     assert len(list_input_files(root / "in", root.resolve())) == 2
 
 
-def test_a_run_with_an_input_folder_outside_the_root_fails_naming_it(tmp_path, monkeypatch):
+def _raw_documents(input_dir, warehouse, raise_on_error=True) -> dg.ExecuteInProcessResult:
+    return dg.materialize(
+        PIPELINE_ASSET_DEFS[:1],
+        resources={
+            "compute": ComputeResource(),
+            "warehouse": WarehouseResource(root=str(warehouse)),
+        },
+        run_config={"ops": {"raw_documents": {"config": {"input_dir": str(input_dir)}}}},
+        raise_on_error=raise_on_error,
+    )
+
+
+def test_an_input_folder_outside_the_data_root_is_read_where_it_is(tmp_path, monkeypatch):
+    """raw_documents materialized for real from a folder beside the data root (named with
+    ``..``, and relative to the working directory): read as it is, nothing to set first."""
     monkeypatch.delenv(DATA_ROOT_ENV)  # the default root: the folder holding the warehouse
+    outside = tmp_path / "outside"
+    (outside / "sub").mkdir(parents=True)
+    (outside / "a.jsonl").write_text('{"text": "hello there"}\n')
+    (outside / "sub" / "b.jsonl").write_text('{"text": "and below"}\n')
+    (outside / "alias.jsonl").symlink_to(outside / "a.jsonl")  # a link inside it: read
+    data = tmp_path / "data"
+    assert _raw_documents(data / ".." / "outside", data / "warehouse").success
+    catalog = WarehouseResource(root=str(data / "warehouse")).catalog()
+    assert catalog.query("SELECT source_file, text FROM raw_documents ORDER BY 1") == [
+        ("a.jsonl", "hello there"),
+        ("alias.jsonl", "hello there"),
+        ("sub/b.jsonl", "and below"),
+    ]
+    monkeypatch.chdir(tmp_path)
+    assert _raw_documents("outside", "data/warehouse2").success
+
+
+def test_a_link_in_an_outside_input_folder_may_not_lead_out_of_it(tmp_path, monkeypatch):
+    """The input folder is the root of what is found in it: a link out of it and out of the data
+    root is refused, naming the link, where it leads, and both folders."""
+    monkeypatch.delenv(DATA_ROOT_ENV)
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "a.jsonl").write_text('{"text": "hello there"}\n')
+    secret = tmp_path / "secret"
+    secret.mkdir()
+    (secret / "key.jsonl").write_text('{"text": "not yours"}\n')
+    (outside / "leak").symlink_to(secret, target_is_directory=True)
     data = tmp_path / "data"
-    result = dg.materialize(
-        PIPELINE_ASSET_DEFS,
-        resources={
-            "compute": ComputeResource(),
-            "warehouse": WarehouseResource(root=str(data / "warehouse")),
-        },
-        run_config=pipeline_run_config(data / ".." / "outside"),
-        raise_on_error=False,
-    )
+    result = _raw_documents(outside, data / "warehouse", raise_on_error=False)
     assert not result.success
     message = _failure_message(result)
-    assert "outside the data root" in message and str(data.resolve()) in message
+    assert str(outside / "leak") in message and str(secret.resolve()) in message
+    assert f"outside the input folder {str(outside.resolve())!r}" in message
+    assert f"outside the data root {str(data.resolve())!r}" in message
     assert not (data / "warehouse" / "raw_documents").exists()
+
+
+def test_a_missing_relative_input_folder_is_named_with_the_working_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(StageInputError) as err:
+        list_input_files("data/smaple")
+    assert str(err.value) == (
+        f"input folder {str(tmp_path / 'data' / 'smaple')!r} ('data/smaple' in the working "
+        f"directory {str(tmp_path)!r}) does not exist or is not a folder"
+    )
+    assert shown(tmp_path / "x" / "..") == repr(f"{tmp_path}/x/..")
+
+
+def test_eval_sets_word_lists_and_tokenizers_outside_the_data_root_are_read(tmp_path):
+    """Paths named in run config are inputs like the input folder: read where they are."""
+    outside = tmp_path / "outside"
+    (outside / "evals").mkdir(parents=True)
+    (outside / "evals" / "bench.jsonl").write_text(
+        '{"text": "which river flows through the old town of the capital city"}\n'
+    )
+    (outside / "words.txt").write_text("badword\n")
+    root = tmp_path / "data"
+    root.mkdir()
+    config = FilterConfig(
+        decontaminate={"paths": [str(outside / "evals")]},
+        flagged_words={"path": str(outside / "words.txt")},
+    )
+    spec = filter_spec(config, root.resolve())
+    assert spec.decontam.files == (
+        (str((outside / "evals" / "bench.jsonl").resolve()), f"{outside / 'evals'}/bench.jsonl"),
+    )
+    folder = gpt2_folder(outside / "tokenizer", [], special=False)
+    assert tokenizer_spec(TokenizeConfig(tokenizer=str(folder))).name == str(folder)
 
 
 def _rel_names(input_dir, root) -> list[str]:

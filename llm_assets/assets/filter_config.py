@@ -17,7 +17,6 @@ from llm_assets.assets.config import config_class, to_spec
 from llm_assets.kernels.filters.base import Filter, Inputs
 from llm_assets.kernels.filters.chain import FilterSpec
 from llm_assets.kernels.filters.registry import registry
-from llm_assets.paths import inside
 from llm_assets.stages.raw_documents import list_input_files
 
 
@@ -58,10 +57,10 @@ FilterConfig = _filter_config()
 
 def filter_spec(config: dg.Config, data_root: Path) -> FilterSpec:
     """The filter chain of ``filtered_documents`` from its run config: each filter turns its
-    block into its parts, whose specs refuse bad settings. Paths must resolve inside the data
-    root."""
+    block into its parts, whose specs refuse bad settings. Paths are read where they are; a link
+    in a folder of them must lead inside that folder or ``data_root`` (:mod:`llm_assets.paths`)."""
     inputs = Inputs(
-        resolve=lambda path, setting: inside(path, data_root, setting),
+        resolve=lambda path, setting: Path(path).expanduser().resolve(),
         input_files=lambda folder: list_input_files(folder, data_root),
     )
     parts: dict[str, Any] = {}

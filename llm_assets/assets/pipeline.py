@@ -32,7 +32,7 @@ from llm_assets.kernels.normalize import NormalizeSpec
 from llm_assets.kernels.settings import Form
 from llm_assets.kernels.tokenize.gpt2 import GPT2
 from llm_assets.kernels.tokenize.spec import TokenizerSpec
-from llm_assets.paths import inside
+from llm_assets.paths import shown
 from llm_assets.stages.engine import StageContext, StageInputError
 from llm_assets.stages.filtered_documents.driver import run_filtered_documents
 from llm_assets.stages.normalized_documents import run_normalized_documents
@@ -199,7 +199,7 @@ def validate_run_config(
     with _config_errors(NORMALIZED_DOCUMENTS):
         to_spec(NormalizeConfig(**op_config(NORMALIZED_DOCUMENTS)))
     with _config_errors(TOKENIZED_DOCUMENTS):
-        tokenizer = tokenizer_spec(TokenizeConfig(**op_config(TOKENIZED_DOCUMENTS)), data_root)
+        tokenizer = tokenizer_spec(TokenizeConfig(**op_config(TOKENIZED_DOCUMENTS)))
     with _config_errors(FILTERED_DOCUMENTS):
         filters = filter_spec(FilterConfig(**op_config(FILTERED_DOCUMENTS)), data_root)
     with _config_errors(TRAINING_BATCHES):
@@ -251,8 +251,8 @@ def _check_eval_sets_are_not_input(decontam: DecontamSpec, input_dir: str, root:
         more = f" and {len(read) - 3} more" if len(read) > 3 else ""
         raise StageInputError(
             f"{FILTERED_DOCUMENTS}.config.decontaminate.paths: the eval file(s) {listed}{more} "
-            f"are also read as input by {RAW_DOCUMENTS} (input_dir {input_dir!r}): their records "
-            f"would be training documents, and those under min_ngram "
+            f"are also read as input by {RAW_DOCUMENTS} (input_dir {shown(input_dir)}): their "
+            f"records would be training documents, and those under min_ngram "
             f"({decontam.min_ngram}) words would be kept. Move the eval sets out of the input "
             "folder, or into a folder of it whose name starts with '_' or '.' (not read as input)"
         )
@@ -305,15 +305,14 @@ def _config_errors(op: str) -> Iterator[None]:
         raise StageInputError(f"{op}: {exc}") from exc
 
 
-def tokenizer_spec(config: dg.Config, data_root: Path) -> TokenizerSpec:
-    """The tokenizer of ``tokenized_documents``. A tokenizer path is an input like any other:
-    it must exist (the spec checks, on disk only) and resolve inside the data root. It is then
-    built (once per process while its files are unchanged, and the driver needs it for the
+def tokenizer_spec(config: dg.Config) -> TokenizerSpec:
+    """The tokenizer of ``tokenized_documents``. A tokenizer path is an input like any other,
+    read where it is (:mod:`llm_assets.paths`): it must exist (the spec checks, on disk only). It
+    is then built (once per process while its files are unchanged, and the driver needs it for the
     footers anyway), so a file transformers cannot read fails here, named, not at the first
     shard; GPT-2 ships with the package and is not built."""
     spec = to_spec(config)
     if spec.name != GPT2:
-        inside(spec.name, data_root, "tokenizer")
         spec.build()
     return spec
 
@@ -370,7 +369,7 @@ def tokenized_documents(
     """Token ids (all of them, no truncation) and counts, with the tokenizer's name and
     vocabulary fingerprint in every shard's footer."""
     validate_run_config(context.run.run_config, warehouse.data_root_path, run_steps(context))
-    spec = tokenizer_spec(config, warehouse.data_root_path)
+    spec = tokenizer_spec(config)
     ctx = _context(context, compute, warehouse)
     report = run_tokenized_documents(ctx, spec)
     sft = {}

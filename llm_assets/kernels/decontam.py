@@ -92,7 +92,7 @@ class DecontamSpec:
     files: tuple[tuple[str, str], ...] = field(
         metadata={
             "doc": "Eval sets whose text must not be trained on: files or folders (every input "
-            "file under them), read like raw_documents' input, under the data root. Empty: "
+            "file under them), read like raw_documents' input, wherever they are. Empty: "
             "no decontamination"
         }
     )

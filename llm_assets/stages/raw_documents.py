@@ -19,7 +19,7 @@ from llm_assets.constants import RAW_DOCUMENTS, STAGE_CODE_VERSIONS
 from llm_assets.kernels.ingest.formats import detect_format, file_encoding
 from llm_assets.kernels.ingest.read import IngestSpec, read_documents
 from llm_assets.kernels.ingest.records import INVALID_CHAT
-from llm_assets.paths import PathEscapeError, inside
+from llm_assets.paths import PathEscapeError, found_inside, shown
 from llm_assets.stages.engine import (
     StageContext,
     StageInputError,
@@ -78,19 +78,16 @@ def list_input_files(
     These fail here, before any work starts, with the file or folder in the message: an
     unsupported or unreadable file; an unreadable folder; a file or folder name that is not
     valid UTF-8 (it could not be recorded as ``source_file``; named by its bytes); with
-    ``data_root``, a folder or file, a symlink included, that resolves outside the data root.
+    ``data_root``, a file or folder that a symlink leads out of both the input folder and the data
+    root (the input folder itself is read wherever it is: :mod:`llm_assets.paths`).
     """
-    root = Path(input_dir)
-    if data_root is not None:
-        try:
-            inside(root, data_root, "input folder")
-        except PathEscapeError as exc:
-            raise StageInputError(str(exc)) from exc
+    root = Path(input_dir).expanduser()
     if not root.is_dir():
-        raise StageInputError(f"input folder {str(root)!r} does not exist or is not a folder")
+        raise StageInputError(f"input folder {shown(root)} does not exist or is not a folder")
     files = []
     skipped: list[str] = []
-    walk = _walk_input_folder(root, data_root, skipped)
+    within = None if data_root is None else (root.resolve(), data_root)
+    walk = _walk_input_folder(root, within, skipped)
     for path, rel in sorted(walk, key=lambda f: f[1].parts):
         try:
             os.fsencode(path).decode("utf-8")
@@ -101,13 +98,13 @@ def list_input_files(
                 "UTF-8"
             ) from None
         try:
-            if data_root is not None:
-                inside(path, data_root, "input file")
-            detect_format(str(path))
+            if within is not None:
+                found_inside(path, *within, "input file")
+            detect_format(os.path.abspath(path))
         except ValueError as exc:
             raise StageInputError(str(exc)) from exc
         if not os.access(path, os.R_OK):
-            raise StageInputError(f"input file {str(path)!r} is not readable")
+            raise StageInputError(f"input file {shown(path)} is not readable")
         files.append((path, rel.as_posix()))
     skipped = sorted(
         name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
@@ -117,18 +114,19 @@ def list_input_files(
         ignored.extend(skipped)
     if not files:
         named = f" (not read, as their names start with . or _: {skipped[:5]})" if skipped else ""
-        raise StageInputError(f"input folder {str(root)!r} holds no input files{named}")
+        raise StageInputError(f"input folder {shown(root)} holds no input files{named}")
     return files
 
 
 def _walk_input_folder(
-    root: Path, data_root: Path | None, ignored: list[str]
+    root: Path, within: tuple[Path, Path] | None, ignored: list[str]
 ) -> Iterator[tuple[Path, PurePosixPath]]:
     """Every entry under ``root`` that is not a folder, as (path through the links,
     relative name), by :func:`list_input_files`' rule for links: first the tree reached without
     a link, then the symlinked folders found in it (in sorted order), then those found in them,
-    and so on; a folder already read is not read again. A symlinked folder that resolves outside
-    ``data_root`` raises :class:`StageInputError`. Entries named with an
+    and so on; a folder already read is not read again. With ``within`` (the input folder
+    resolved, the data root), a symlinked folder that resolves outside both raises
+    :class:`StageInputError`. Entries named with an
     :data:`IGNORED_PREFIXES` prefix are not listed: their relative names go to ``ignored``.
 
     Folders are recognized by their (device, inode), so a link cycle ends and nothing is listed
@@ -151,7 +149,7 @@ def _walk_input_folder(
                         entries = sorted(scan, key=lambda entry: entry.name)
                 except OSError as exc:
                     raise StageInputError(
-                        f"input folder {str(folder)!r} cannot be read: {exc.strerror or exc}"
+                        f"input folder {shown(folder)} cannot be read: {exc.strerror or exc}"
                     ) from exc
                 for entry in entries:
                     path, name = folder / entry.name, rel / entry.name
@@ -163,9 +161,9 @@ def _walk_input_folder(
                     elif not entry.is_symlink():
                         folders.append((path, name))
                     else:
-                        if data_root is not None:
+                        if within is not None:
                             try:
-                                inside(path, data_root, "input folder")
+                                found_inside(path, *within, "input folder")
                             except PathEscapeError as exc:
                                 raise StageInputError(str(exc)) from exc
                         links.append((path, name))
@@ -238,7 +236,7 @@ def run_raw_documents(
 ) -> StageReport:
     """Ingest every input file into raw shards (big plain JSONL files split by line ranges, big
     Parquet files by row groups).
-    With ``data_root``, the input folder and every file in it must resolve inside it."""
+    With ``data_root``, a link in the input folder must lead inside it or the data root."""
     if rows_per_shard < 1:
         raise StageInputError(f"rows_per_shard must be >= 1, got {rows_per_shard}")
     asset = RAW_DOCUMENTS

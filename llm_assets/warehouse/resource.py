@@ -27,8 +27,9 @@ class WarehouseResource(dg.ConfigurableResource):
 
     root: str = DEFAULT_WAREHOUSE_DIR
     data_root: str = ""
-    """Every input and output path must resolve inside this folder (empty: $LLM_ASSETS_DATA_ROOT,
-    else the folder holding the warehouse)."""
+    """The warehouse must lie inside this folder, and links in an input folder may lead only
+    inside it or that input folder (empty: $LLM_ASSETS_DATA_ROOT, else the folder holding the
+    warehouse; see :mod:`llm_assets.paths`)."""
     catalog_lock_timeout_s: float = 120.0
     """How long a run waits for the catalog while another process holds it."""
     _run_watch: RunWatch | None = PrivateAttr(default=None)

@@ -216,11 +216,12 @@ def test_a_bad_eval_set_fails_the_first_step_naming_it(wiki, tmp_path, content, 
     assert not (root / RAW_DOCUMENTS).exists()
 
 
-def test_an_eval_path_outside_the_data_root_or_missing_is_refused(wiki, tmp_path):
+def test_an_eval_path_missing_empty_or_of_no_known_format_is_refused(wiki, tmp_path):
     input_dir = wiki[0]
     (tmp_path / "empty").mkdir()
+    (tmp_path / "notes.docx").write_text("not an eval set")
     for path, message in [
-        ("/etc/hostname", "outside the data root"),
+        (str(tmp_path / "notes.docx"), "unsupported file type"),
         (str(tmp_path / "nowhere.jsonl"), "no such file or folder"),
         (str(tmp_path / "empty"), "holds no input files"),
     ]:

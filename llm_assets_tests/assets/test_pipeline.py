@@ -504,7 +504,7 @@ def test_min_tokens_above_max_tokens_fails_at_the_first_step(sample_input, tmp_p
 
 def _bad_settings(tmp_path: Path) -> dict[str, tuple[dict, list[str]]]:
     """Case -> (per-op run config overrides, what the failure message must contain); paths are
-    under ``tmp_path`` (inside the tests' data root) unless the case is about leaving it."""
+    under ``tmp_path`` unless the case is about a path elsewhere."""
     missing = str(tmp_path / "missing")
     return {
         "csv_delimiter_two_chars": (
@@ -539,17 +539,13 @@ def _bad_settings(tmp_path: Path) -> dict[str, tuple[dict, list[str]]]:
             {TOKENIZED_DOCUMENTS: {"tokenizer": str(tmp_path / "empty_folder")}},
             ["tokenized_documents", "tokenizer", "empty_folder", "tokenizer.json"],
         ),
-        "tokenizer_outside_the_root": (
+        "tokenizer_a_file_of_another_kind": (
             {TOKENIZED_DOCUMENTS: {"tokenizer": str(REPO / "pyproject.toml")}},
-            ["tokenized_documents", "tokenizer", "outside the data root"],
+            ["tokenized_documents", "tokenizer", str(REPO / "pyproject.toml"), "cannot be built"],
         ),
         "flagged_words_path_missing": (
             {FILTERED_DOCUMENTS: {"flagged_words": {"path": missing}}},
             ["filtered_documents", "flagged_words.path", missing, "not found"],
-        ),
-        "flagged_words_path_outside_the_root": (
-            {FILTERED_DOCUMENTS: {"flagged_words": {"path": str(REPO / "README.md")}}},
-            ["filtered_documents", "flagged_words.path", "outside the data root"],
         ),
         # Before: accepted, then a silent fallback to derived bounds, a late MemoryError, and a
         # level the writer clamps.

@@ -52,8 +52,10 @@ Build = Callable[..., Any]
 @dataclass(frozen=True)
 class Inputs:
     """How a filter's run config reaches files, given by the caller so that the kernel knows no
-    data root: ``resolve(path, setting)`` refuses a path outside it and gives the path;
-    ``input_files(folder)`` lists a folder's input files as ``(path, relative name)``."""
+    data root: ``resolve(path, setting)`` gives the path ``setting`` names, absolute with its links
+    followed (a relative one against the working directory); ``input_files(folder)`` lists a
+    folder's input files as ``(path, relative name)``, refusing links that lead out of the folder
+    and the data root (:mod:`llm_assets.paths`)."""
 
     resolve: Callable[[str, str], Path]
     input_files: Callable[[Path], list[tuple[Path, str]]]

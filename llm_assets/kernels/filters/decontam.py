@@ -32,7 +32,7 @@ class DecontamFilter(Filter):
     @classmethod
     def from_config(cls, config: Any, build: Build, inputs: Inputs) -> dict[str, Any]:
         """The eval sets (None: no paths, off). Each path is a file or a folder (its input
-        files, as ``raw_documents`` lists them) inside the data root; the files are read here,
+        files, as ``raw_documents`` lists them), wherever it is; the files are read here,
         so an unreadable record or a missing field fails the run's first step, named (cached:
         later steps do not read them again)."""
         if not config.paths:

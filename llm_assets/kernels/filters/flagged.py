@@ -281,9 +281,9 @@ def flagged_filter(table: pa.Table, spec: FlaggedWordsSpec) -> StageResult:
 
 
 class FlaggedWordsFilter(Filter):
-    """Flagged words; a custom list must resolve inside the data root and is read when the
-    run config is read (a missing, unreadable, non-UTF-8 or empty list is named as
-    ``flagged_words.path``); a disabled one is never read."""
+    """Flagged words; a custom list, wherever it is, is read when the run config is read (a
+    missing, unreadable, non-UTF-8 or empty list is named as ``flagged_words.path``); a disabled
+    one is never read."""
 
     name = "flagged"
     config_key = "flagged_words"
