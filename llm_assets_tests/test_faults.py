@@ -191,8 +191,8 @@ def test_worker_killed_mid_shard_is_retried_and_the_output_is_identical(
 ):
     input_dir, reference = killed_corpus
     env = _env(tmp_path)
-    roots = {"killed": tmp_path / "killed"}
-    path = _write_config(tmp_path, input_dir, roots["killed"], 1000)
+    root = tmp_path / "killed"
+    path = _write_config(tmp_path, input_dir, root, 1000)
     config = yaml.safe_load(path.read_text())
     config["resources"]["compute"] = {"config": {"backend": backend, "workers": 2}}
     path.write_text(yaml.safe_dump(config))
@@ -207,7 +207,7 @@ def test_worker_killed_mid_shard_is_retried_and_the_output_is_identical(
         start_new_session=True,
     )
     driver = psutil.Process(process.pid)
-    tokenized = roots["killed"] / "tokenized_documents"
+    tokenized = root / "tokenized_documents"
     killed = None
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and process.poll() is None and killed is None:
@@ -221,10 +221,10 @@ def test_worker_killed_mid_shard_is_retried_and_the_output_is_identical(
     output = process.communicate(timeout=600)[0]
     assert killed is not None, "no worker found to kill:\n" + output[-3000:]
     assert process.returncode == 0, output[-3000:]
-    ours = _checksums(roots["killed"])
+    ours = _checksums(root)
     for asset in PIPELINE_ASSETS:
         assert ours[asset] == reference[asset], asset
-    _assert_catalog_only_holds_complete_shards(roots["killed"])
+    _assert_catalog_only_holds_complete_shards(root)
 
 
 def _pipeline_job():
