@@ -25,7 +25,7 @@ from llm_assets.warehouse.resource import WarehouseResource
 from llm_assets.warehouse.shards import file_checksum
 from llm_assets_tests.assets.test_cli import _env, _job_command, _write_config
 from llm_assets_tests.assets.test_pipeline import _failure_message, output_checksums
-from llm_assets_tests.conftest import REPO, pipeline_run_config
+from llm_assets_tests.conftest import REPO, SAMPLE_DIR, pipeline_run_config
 
 
 def _materialize(input_dir: Path, root: Path, backend: str = "in_process"):
@@ -38,6 +38,22 @@ def _materialize(input_dir: Path, root: Path, backend: str = "in_process"):
         run_config=pipeline_run_config(input_dir),
         raise_on_error=False,
     )
+
+
+@pytest.fixture(scope="module")
+def clean_sample_checksums(tmp_path_factory) -> dict[str, list[str]]:
+    """Asset -> checksums of a clean in-process run on the shipped sample (the run config of
+    ``pipeline_run_config``): the reference the tests below compare their runs with, computed
+    once (outputs do not depend on the input folder's path or on the backend)."""
+    base = tmp_path_factory.mktemp("clean_sample")
+    shutil.copytree(SAMPLE_DIR, base / "input")
+    assert _materialize(base / "input", base / "warehouse").success
+    return _checksums(base / "warehouse")
+
+
+def _checksums(root: Path) -> dict[str, list[str]]:
+    """Asset -> the checksums of its current output and rejects files, in catalog order."""
+    return {asset: [s for _, s in files] for asset, files in output_checksums(root).items()}
 
 
 def _assert_catalog_only_holds_complete_shards(root: Path) -> None:
@@ -102,7 +118,9 @@ def test_full_disk_fails_clearly_records_nothing_partial_and_resumes(small_disk,
 
 
 @pytest.mark.slow
-def test_two_runs_at_once_both_succeed_and_the_catalog_stays_whole(sample_input, tmp_path):
+def test_two_runs_at_once_both_succeed_and_the_catalog_stays_whole(
+    sample_input, tmp_path, clean_sample_checksums
+):
     """A sensor run and a manual run on one warehouse: the instance's concurrency pool (as in the
     shipped dagster.yaml) makes the second wait; neither corrupts the catalog."""
     root = tmp_path / "warehouse"
@@ -131,11 +149,9 @@ def test_two_runs_at_once_both_succeed_and_the_catalog_stays_whole(sample_input,
     catalog = Catalog(root / "catalog.duckdb")
     for asset in PIPELINE_ASSETS:
         assert catalog.query(f"SELECT count(*) FROM {asset}")[0][0] > 0
-    clean = tmp_path / "clean"
-    assert _materialize(sample_input, clean).success
-    ours, reference = output_checksums(root), output_checksums(clean)
+    ours = _checksums(root)
     for asset in PIPELINE_ASSETS:
-        assert [s for _, s in ours[asset]] == [s for _, s in reference[asset]], asset
+        assert ours[asset] == clean_sample_checksums[asset], asset
 
 
 def _worker_processes(parent: psutil.Process, backend: str) -> list[psutil.Process]:
@@ -152,24 +168,37 @@ def _worker_processes(parent: psutil.Process, backend: str) -> list[psutil.Proce
     return found
 
 
+KILLED_CORPUS_ROWS = 20_000
+"""Twenty shards of 1000 rows: workers are still busy after the first tokenized shard is written."""
+
+
+@pytest.fixture(scope="module")
+def killed_corpus(tmp_path_factory) -> tuple[Path, dict[str, list[str]]]:
+    """The input folder of the worker-killing tests and the checksums of a clean in-process run
+    on it (the reference both backends' runs must equal), made once for the module."""
+    base = tmp_path_factory.mktemp("killed_corpus")
+    input_dir = base / "input"
+    input_dir.mkdir()
+    write_corpus(input_dir / "corpus.jsonl", KILLED_CORPUS_ROWS, seed=5)
+    assert _materialize(input_dir, base / "clean").success
+    return input_dir, _checksums(base / "clean")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", ["multiprocess", "ray"])
-def test_worker_killed_mid_shard_is_retried_and_the_output_is_identical(tmp_path, backend):
-    input_dir = tmp_path / "input"
-    input_dir.mkdir()
-    write_corpus(input_dir / "corpus.jsonl", 20_000, seed=5)
+def test_worker_killed_mid_shard_is_retried_and_the_output_is_identical(
+    tmp_path, backend, killed_corpus
+):
+    input_dir, reference = killed_corpus
     env = _env(tmp_path)
-    roots = {"killed": tmp_path / "killed", "clean": tmp_path / "clean"}
-    configs = {}
-    for name, root in roots.items():
-        path = _write_config(tmp_path, input_dir, root, 1000)
-        config = yaml.safe_load(path.read_text())
-        config["resources"]["compute"] = {"config": {"backend": backend, "workers": 2}}
-        path.write_text(yaml.safe_dump(config))
-        configs[name] = path
+    root = tmp_path / "killed"
+    path = _write_config(tmp_path, input_dir, root, 1000)
+    config = yaml.safe_load(path.read_text())
+    config["resources"]["compute"] = {"config": {"backend": backend, "workers": 2}}
+    path.write_text(yaml.safe_dump(config))
 
     process = subprocess.Popen(
-        _job_command([configs["killed"]]),
+        _job_command([path]),
         cwd=tmp_path,
         env=env,
         stdout=subprocess.PIPE,
@@ -178,7 +207,7 @@ def test_worker_killed_mid_shard_is_retried_and_the_output_is_identical(tmp_path
         start_new_session=True,
     )
     driver = psutil.Process(process.pid)
-    tokenized = roots["killed"] / "tokenized_documents"
+    tokenized = root / "tokenized_documents"
     killed = None
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and process.poll() is None and killed is None:
@@ -192,14 +221,10 @@ def test_worker_killed_mid_shard_is_retried_and_the_output_is_identical(tmp_path
     output = process.communicate(timeout=600)[0]
     assert killed is not None, "no worker found to kill:\n" + output[-3000:]
     assert process.returncode == 0, output[-3000:]
-    done = subprocess.run(
-        _job_command([configs["clean"]]), cwd=tmp_path, env=env, capture_output=True, timeout=600
-    )
-    assert done.returncode == 0
-    ours, reference = output_checksums(roots["killed"]), output_checksums(roots["clean"])
+    ours = _checksums(root)
     for asset in PIPELINE_ASSETS:
-        assert [s for _, s in ours[asset]] == [s for _, s in reference[asset]], asset
-    _assert_catalog_only_holds_complete_shards(roots["killed"])
+        assert ours[asset] == reference[asset], asset
+    _assert_catalog_only_holds_complete_shards(root)
 
 
 def _pipeline_job():
@@ -210,7 +235,9 @@ def _pipeline_job():
     return defs.resolve_job_def(PIPELINE_JOB)
 
 
-def test_reexecute_from_failure_runs_only_the_failed_steps(sample_input, tmp_path):
+def test_reexecute_from_failure_runs_only_the_failed_steps(
+    sample_input, tmp_path, clean_sample_checksums
+):
     """A run fails at tokenization (its output folder is blocked); once fixed, Dagster's
     re-execute-from-failure runs tokenization and what follows, and the output equals a clean
     run's."""
@@ -235,8 +262,6 @@ def test_reexecute_from_failure_runs_only_the_failed_steps(sample_input, tmp_pat
         assert again.success
         ran = {e.step_key for e in again.all_events if e.event_type_value == "STEP_SUCCESS"}
         assert ran == {"tokenized_documents", "filtered_documents", "training_batches"}
-    clean = tmp_path / "clean"
-    assert _materialize(sample_input, clean).success
-    ours, reference = output_checksums(root), output_checksums(clean)
+    ours = _checksums(root)
     for asset in PIPELINE_ASSETS:
-        assert [s for _, s in ours[asset]] == [s for _, s in reference[asset]], asset
+        assert ours[asset] == clean_sample_checksums[asset], asset

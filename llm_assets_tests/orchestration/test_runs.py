@@ -102,11 +102,17 @@ def _wait_for(condition: Callable[[], object], timeout_s: float, what: str = "")
 def instance(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dg.DagsterInstance]:
     """The shipped dagster.yaml in ``tmp_path/dagster_home`` (where ``_env`` points the runs; its
     relative storage folders are under that home, whatever the working directory of this
-    process or of the runs); run monitoring polls every second (shipped: 15 s) to keep the
-    daemon test short."""
+    process or of the runs); run monitoring polls every second (shipped: 15 s) and the daemon
+    dequeues every second (Dagster's default: 5 s) to keep the daemon test short."""
     home = Path(_env(tmp_path)["DAGSTER_HOME"])
     settings = yaml.safe_load((REPO / "dagster.yaml").read_text())
     settings["run_monitoring"].update(poll_interval_seconds=1, free_slots_after_run_end_seconds=1)
+    assert "run_coordinator" not in settings  # Dagster's QueuedRunCoordinator, as configured here
+    settings["run_coordinator"] = {
+        "module": "dagster._core.run_coordinator",
+        "class": "QueuedRunCoordinator",
+        "config": {"dequeue_interval_seconds": 1},
+    }
     assert settings["concurrency"]["pools"]["default_limit"] == 1
     (home / "dagster.yaml").write_text(yaml.safe_dump(settings))
     monkeypatch.setenv("DAGSTER_HOME", str(home))
