@@ -429,6 +429,9 @@ def _scatter(ctx: StageContext, run: _BatchRun) -> tuple[list[str], float, dict[
         scatter_parts = add_parts(scatter_parts, stats.get("parts", {}))
 
     run_on_backend(ctx, asset, run.scatter_root, run_scatter, scatter_tasks, scattered)
+    # A worker killed mid-scatter leaves its temporary folder; its retry wrote the folder anew.
+    if stale := remove_stale_temporaries(run.scatter_root):
+        ctx.log.info(f"{asset}: removed {stale} scatter folder(s) of interrupted attempts")
     return scatter_dirs, time.perf_counter() - scatter_started, scatter_parts
 
 
