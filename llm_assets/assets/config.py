@@ -85,7 +85,7 @@ def config_class(
     fields: dict[str, Any] = {}
     if switch is not None:
         own = {f.name: f for f in dataclasses.fields(spec)}.get(SWITCH)
-        description = None if own is None else own.metadata.get(DOC)
+        description = "Apply this filter (false: off)" if own is None else own.metadata.get(DOC)
         fields[SWITCH] = (bool, Field(switch, description=description))
         exclude = (*exclude, SWITCH)
     shape = _Shape(exclude, keys or {}, flatten, forms or {})

@@ -25,6 +25,8 @@ class ComputeResource(dg.ConfigurableResource):
     """Where the per-shard work of every stage runs: in-process, a process pool, or Ray."""
 
     backend: BackendName = "in_process"
+    """Where shards run: this process, a process pool, Ray, or ``auto`` (the benchmark's winner
+    for the data size on this machine)."""
     workers: int = 0
     """Worker processes (multiprocess) or CPUs (local Ray); 0 means every core."""
     ray_address: str | None = None

@@ -292,8 +292,16 @@ class NormalizeSpec:
         default="default",
         metadata={"doc": "default keeps meaning; ascii_lower is the published study's rule"},
     )
-    unicode_form: Literal["NFC", "NFKC"] = "NFC"
-    strip_html: bool = False
+    unicode_form: Literal["NFC", "NFKC"] = field(
+        default="NFC",
+        metadata={
+            "doc": "Unicode normalization form: NFC keeps compatibility characters, NFKC "
+            "folds them (ligatures, full-width letters)"
+        },
+    )
+    strip_html: bool = field(
+        default=False, metadata={"doc": "Remove HTML tags (default and none presets)"}
+    )
     """Remove HTML tags and unescape entities before PII and the preset (``default`` and
     ``none``; ``ascii_lower`` is the study's rule and ignores it)."""
     pii: PiiSpec = field(default_factory=lambda: PiiSpec(mode="off"))

@@ -26,6 +26,7 @@ class WarehouseResource(dg.ConfigurableResource):
     """
 
     root: str = DEFAULT_WAREHOUSE_DIR
+    """Folder of the Parquet shards and the DuckDB catalog (relative: to the working directory)."""
     data_root: str = ""
     """The warehouse must lie inside this folder, and links in an input folder may lead only
     inside it or that input folder (empty: $LLM_ASSETS_DATA_ROOT, else the folder holding the

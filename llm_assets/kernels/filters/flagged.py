@@ -60,7 +60,7 @@ class FlaggedWordsSpec:
     are on the list (datatrove's and C4's "bad words" filters, as a density so one stray word in
     a long document does not cost the document)."""
 
-    enabled: bool = True
+    enabled: bool = field(default=True, metadata={"doc": "Apply this filter (false: off)"})
     path: str | None = field(
         default=None,
         metadata={"doc": "Word list (one per line); default: the shipped English list"},

@@ -27,7 +27,7 @@ document.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -104,26 +104,53 @@ class QualitySpec:
     """Gopher quality bounds, datatrove's ``GopherQualityFilter`` defaults; a bound set to
     ``None`` turns its check off. See the module docstring for the definitions."""
 
-    min_words: int | None = 50
-    max_words: int | None = 100_000
-    min_mean_word_length: float | None = 3.0
-    max_mean_word_length: float | None = 10.0
-    max_symbol_word_ratio: float | None = 0.1
+    min_words: int | None = field(
+        default=50, metadata={"doc": "Drop documents of fewer words (null: no bound)"}
+    )
+    max_words: int | None = field(
+        default=100_000, metadata={"doc": "Drop documents of more words (null: no bound)"}
+    )
+    min_mean_word_length: float | None = field(
+        default=3.0,
+        metadata={"doc": "Drop documents whose mean word length (characters) is below this"},
+    )
+    max_mean_word_length: float | None = field(
+        default=10.0,
+        metadata={"doc": "Drop documents whose mean word length (characters) is above this"},
+    )
+    max_symbol_word_ratio: float | None = field(
+        default=0.1, metadata={"doc": "Highest count of '#' per word, and of '...'/'…' per word"}
+    )
     """Bound of two checks, as in the paper ("for either the hash symbol or the ellipsis"):
     ``#`` count / words (``hash_word_ratio``), and ``...`` and ``…`` count / words
     (``ellipsis_word_ratio``)."""
-    max_bullet_lines_ratio: float | None = 0.9
+    max_bullet_lines_ratio: float | None = field(
+        default=0.9, metadata={"doc": "Highest share of lines that start with a bullet"}
+    )
     """Lines starting with a bullet (:data:`BULLETS`) after optional spaces / lines."""
-    max_ellipsis_lines_ratio: float | None = 0.3
+    max_ellipsis_lines_ratio: float | None = field(
+        default=0.3, metadata={"doc": "Highest share of lines that end with '...' or '…'"}
+    )
     """Lines ending with ``...`` or ``…`` / lines."""
-    min_alpha_words_ratio: float | None = 0.8
+    min_alpha_words_ratio: float | None = field(
+        default=0.8, metadata={"doc": "Lowest share of words with at least one letter"}
+    )
     """Words with at least one letter (any script) / words."""
-    min_stop_words: int | None = 2
+    min_stop_words: int | None = field(
+        default=2,
+        metadata={
+            "doc": "Fewest English stop words ('the', 'be', 'to', ...) a document must hold; "
+            "documents identified as another language skip this check"
+        },
+    )
     """Words that are in ``stop_words`` once lowercased and stripped of surrounding punctuation.
     English only: with a ``language`` column in the table (language identification on), documents
     identified as another language skip this check (see the module docstring); without one,
     every document is checked."""
-    stop_words: tuple[str, ...] = ("the", "be", "to", "of", "and", "that", "have", "with")
+    stop_words: tuple[str, ...] = field(
+        default=("the", "be", "to", "of", "and", "that", "have", "with"),
+        metadata={"doc": "The stop words min_stop_words counts"},
+    )
 
     def __post_init__(self) -> None:
         owner = type(self).__name__

@@ -114,10 +114,20 @@ class RepetitionSpec:
     ``None`` turns its check off, as does leaving an n out of (or emptying) an n-gram tuple.
     N-gram bounds are ``(n, max share of the characters of the words)`` pairs."""
 
-    max_dup_line_ratio: float | None = 0.3
-    max_dup_para_ratio: float | None = 0.3
-    max_dup_line_char_ratio: float | None = 0.2
-    max_dup_para_char_ratio: float | None = 0.2
+    max_dup_line_ratio: float | None = field(
+        default=0.3, metadata={"doc": "Highest share of lines that repeat an earlier line"}
+    )
+    max_dup_para_ratio: float | None = field(
+        default=0.3,
+        metadata={"doc": "Highest share of paragraphs that repeat an earlier paragraph"},
+    )
+    max_dup_line_char_ratio: float | None = field(
+        default=0.2,
+        metadata={"doc": "Highest share of characters in lines that repeat an earlier line"},
+    )
+    max_dup_para_char_ratio: float | None = field(
+        default=0.2, metadata={"doc": "Highest share of characters in repeated paragraphs"}
+    )
     top_ngram_char_ratios: NgramBounds = field(
         default=((2, 0.20), (3, 0.18), (4, 0.16)),
         metadata={"doc": "n -> max share of characters in the most frequent n-gram"},

@@ -42,7 +42,9 @@ class IngestSpec:
     """Input bytes per yielded StageResult: a batch is flushed at the record that reaches them
     (JSONL: line bytes, CSV: field characters, TXT: paragraph bytes; Parquet: the rows per batch
     that the file's row group sizes give). Depends on the input only: output is deterministic."""
-    csv_delimiter: str = ","
+    csv_delimiter: str = dataclasses.field(
+        default=",", metadata={"doc": "Field delimiter of CSV input (one character)"}
+    )
     chat_field: str | None = dataclasses.field(
         default=None,
         metadata={

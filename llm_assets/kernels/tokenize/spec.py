@@ -42,7 +42,13 @@ class TokenizerSpec:
         metadata={"doc": "'gpt2' (offline) or a path to tokenizer.json / an HF tokenizer folder"},
     )
     """``gpt2`` or a path to a ``tokenizer.json`` file or a Hugging Face tokenizer folder."""
-    engine: Literal["auto", "tiktoken", "hf"] = "auto"
+    engine: Literal["auto", "tiktoken", "hf"] = field(
+        default="auto",
+        metadata={
+            "doc": "auto: tiktoken for GPT-2 (same ids, faster), transformers otherwise; "
+            "or force one"
+        },
+    )
     threads: int = field(default=1, metadata={"doc": "Tokenizer threads inside each worker"})
     """Threads of the tiktoken engine inside one worker (the backends parallelize across shards)."""
     prompt_template: str | None = field(
