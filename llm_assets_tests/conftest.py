@@ -15,6 +15,30 @@ SAMPLE_DIR = REPO / "data" / "sample"
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 
+SERIAL_FILES = (
+    "compute/test_ray_backend.py",
+    "compute/test_ray_cluster.py",
+    "compute/test_backends.py",
+    "test_faults.py",
+    "orchestration/test_runs.py",
+    "assets/test_cli.py",
+    "assets/test_cli_output.py",
+    "kernels/filters/test_plugin.py",
+    "test_ui_browser.py",
+    "bench/test_benchmark_asset.py",
+)
+"""Test files that start clusters, daemons, webservers or CLI runs, install a package, or time
+what they wait for: with ``pytest -n 2`` (scripts/test.sh) they all run on one worker, one at a
+time, while the other worker runs the rest, so no two of them compete for the two cores."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        path = item.path.as_posix()
+        if any(path.endswith(f"llm_assets_tests/{name}") for name in SERIAL_FILES):
+            item.add_marker(pytest.mark.xdist_group("serial"))
+
+
 @pytest.fixture(autouse=True, scope="session")
 def data_root_is_the_test_temp_folder(tmp_path_factory):
     """Tests put inputs and warehouses in different temporary folders: make pytest's base temp

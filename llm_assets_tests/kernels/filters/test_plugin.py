@@ -1,4 +1,4 @@
-"""A filter plugin as users add one: ``examples/plugin_filter`` installed into the venv, found
+"""A filter plugin as users add one: ``examples/plugin_filter`` installed by pip, found
 through the entry-point group, configured under ``filtered_documents.config``, fingerprinted
 with its version, and run by ``dagster job execute`` with its ``run.yaml``."""
 
@@ -20,7 +20,6 @@ from llm_assets.warehouse.catalog import Catalog
 from llm_assets_tests.conftest import REPO
 
 EXAMPLE = REPO / "examples" / "plugin_filter"
-DISTRIBUTION = "llm-assets-url-ratio"
 
 
 def _pip(*args: str) -> None:
@@ -28,20 +27,27 @@ def _pip(*args: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def plugin() -> Iterator[type]:
-    """The example installed (editable, into this venv) for the module's tests, then removed."""
-    _pip("install", "--no-deps", "--no-build-isolation", "-e", str(EXAMPLE))
-    sys.path.insert(0, str(EXAMPLE))  # the editable finder is only read at interpreter start
+def plugin_dir(tmp_path_factory) -> Iterator[Path]:
+    """The example installed, as pip installs it, into a folder of this module's own on
+    ``sys.path`` (and on ``PYTHONPATH`` for the runs it starts): no other test process, and no
+    test run beside this one, sees the plugin."""
+    target = tmp_path_factory.mktemp("plugin_site")
+    _pip("install", "--no-deps", "--no-build-isolation", "--target", str(target), str(EXAMPLE))
+    sys.path.insert(0, str(target))
     registry.plugins.cache_clear()
     registry.registry.cache_clear()
     try:
-        (cls,) = registry.plugins()
-        yield cls
+        yield target
     finally:
-        _pip("uninstall", "-y", DISTRIBUTION)
-        sys.path.remove(str(EXAMPLE))
+        sys.path.remove(str(target))
         registry.plugins.cache_clear()
         registry.registry.cache_clear()
+
+
+@pytest.fixture(scope="module")
+def plugin(plugin_dir: Path) -> type:
+    (cls,) = registry.plugins()
+    return cls
 
 
 def test_the_plugin_is_registered_before_the_dedup_annotation(plugin):
@@ -84,7 +90,7 @@ def test_the_chain_runs_it(plugin):
 
 
 @pytest.mark.slow
-def test_dagster_job_execute_with_the_example_run_yaml(plugin, tmp_path: Path):
+def test_dagster_job_execute_with_the_example_run_yaml(plugin, plugin_dir: Path, tmp_path: Path):
     shutil.copytree(EXAMPLE / "data", tmp_path / "examples" / "plugin_filter" / "data")
     home = tmp_path / "dagster_home"
     home.mkdir()
@@ -92,7 +98,14 @@ def test_dagster_job_execute_with_the_example_run_yaml(plugin, tmp_path: Path):
     done = subprocess.run(
         [*command, "-j", PIPELINE_JOB, "-c", str(EXAMPLE / "run.yaml")],
         cwd=tmp_path,
-        env={**os.environ, "DAGSTER_HOME": str(home), "RAY_USAGE_STATS_ENABLED": "0"},
+        env={
+            **os.environ,
+            "DAGSTER_HOME": str(home),
+            "RAY_USAGE_STATS_ENABLED": "0",
+            "PYTHONPATH": os.pathsep.join(
+                filter(None, [str(plugin_dir), os.environ.get("PYTHONPATH")])
+            ),
+        },
         capture_output=True,
         text=True,
         timeout=600,
