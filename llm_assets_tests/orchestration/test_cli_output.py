@@ -24,9 +24,9 @@ def _execute(tmp_path: Path, run_config: dict) -> tuple[int, list[str]]:
     home = tmp_path / "dagster_home"
     home.mkdir(exist_ok=True)
     shutil.copy(REPO / "dagster.yaml", home)  # as DAGSTER_HOME=<repository> has it
+    command = [sys.executable, "-m", "dagster", "job", "execute", "-m", "llm_assets.definitions"]
     done = subprocess.run(
-        [sys.executable, "-m", "dagster", "job", "execute", "-m", "llm_assets.definitions"]
-        + ["-j", PIPELINE_JOB, "-c", str(config)],
+        [*command, "-j", PIPELINE_JOB, "-c", str(config)],
         cwd=tmp_path,
         env={**os.environ, "DAGSTER_HOME": str(home), "RAY_USAGE_STATS_ENABLED": "0"},
         capture_output=True,
