@@ -1,5 +1,6 @@
 """The five pipeline assets: thin wrappers that read config and call :mod:`llm_assets.stages`."""
 
+import re
 from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -177,10 +178,16 @@ def _stage(
         context.log.info(run_summary(ctx.catalog, warehouse.root_path, context.run.run_id, steps))
 
 
+_NAMES_A_PATH = re.compile(r"\b(folder|file|path|directory)s?\b")
+
+
 def _with_working_directory(message: str) -> str:
-    """``message``, with the working directory relative paths were resolved against."""
+    """``message``, and when it is about a file or folder, the working directory relative paths
+    were resolved against."""
     cwd = str(Path.cwd())
-    return message if cwd in message else f"{message} (working directory: {cwd})"
+    if cwd in message or not _NAMES_A_PATH.search(message):
+        return message
+    return f"{message} (working directory: {cwd})"
 
 
 def _asset_kwargs(name: str) -> dict[str, Any]:

@@ -90,3 +90,11 @@ def test_a_misspelt_key_ends_with_the_key_it_meant(tmp_path):
         "  ops: unknown key 'raw_documentz': did you mean 'raw_documents'?",
         "  ops.training_batches.config: unknown key 'seq_lenn': did you mean 'seq_len'?",
     ]
+
+
+@pytest.mark.slow
+def test_a_bad_setting_ends_with_the_setting_and_its_range(tmp_path):
+    code, lines = _execute(tmp_path, {"ops": {"training_batches": {"config": {"seq_len": 0}}}})
+    assert code != 0
+    assert len(lines) <= 20, "\n".join(lines)
+    assert lines[-2] == "training_batches: seq_len must be an int in [2, 16777216], got 0"
