@@ -2,14 +2,15 @@
 shown as their message alone.
 
 Dagster prints every event at DEBUG by default (a "Type check passed" line per output, resource
-set-up, ...): 40 lines of 90 for the sample run. At INFO a run prints our progress lines, the
+set-up, ...): 41 of the sample run's 89 lines. At INFO a run prints our progress lines, the
 failures and, last, its ``Run summary`` (:mod:`llm_assets.orchestration.summary`);
 ``loggers: {console: {config: {log_level: DEBUG}}}`` in a run config brings the events back.
 
 A bad setting, a missing folder or unreadable input is raised by the assets as
 :class:`InputFailure` (a ``dg.Failure``); Dagster prints the step's and then the run's failure
 with the stack of Dagster frames that led to it. Here both show the message only, which names
-the fix: the stack says nothing a person can act on. Every other error keeps its stack.
+the fix: the stack says nothing a person can act on (the UI's run log keeps it). Every other
+error keeps its stack.
 """
 
 from __future__ import annotations
