@@ -1,9 +1,11 @@
 """Read ``training_batches`` Parquet output as a dataset: map-style or iterable, memory-mapped.
 
     from llm_assets.reader import TokenBatchDataset
-    ds = TokenBatchDataset("data/warehouse/training_batches/<fingerprint>", split="train",
-                           expected_tokenizer_fingerprint=fp, expected_layout="packed")
+    ds = TokenBatchDataset.from_warehouse("data/warehouse", split="train")
     ds[0]  # {"input_ids": np.ndarray, "attention_mask": ..., "position_ids": ...}
+
+``from_warehouse`` reads the warehouse's current batches (:func:`current_batches`); a batches
+folder or a list of files is read the same way (``TokenBatchDataset(folder, split="train")``).
 
 With PyTorch installed (the ``torch`` extra) the classes are ``torch.utils.data.Dataset`` /
 ``IterableDataset`` and work with ``DataLoader``; without it they return numpy arrays all the same.
@@ -69,9 +71,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from llm_assets.constants import CATALOG_FILE, DEFAULT_WAREHOUSE_DIR, TRAINING_BATCHES
 from llm_assets.kernels.batching.metadata import META_PREFIX
 from llm_assets.kernels.batching.sequences import BATCH, DOC_IDS
 from llm_assets.kernels.schema import DOC_ID
+from llm_assets.warehouse.catalog import Catalog, CatalogLockedError
+from llm_assets.warehouse.shards import stage_dir
 
 try:  # optional: torch is an extra, the reader works without it
     import torch
@@ -224,6 +229,45 @@ def megatron_prefixes(folder: str | Path) -> dict[str, str]:
                 )
         prefixes[split] = str(prefix)
     return prefixes
+
+
+class NoBatchesError(FileNotFoundError):
+    """A warehouse without a catalog, or whose catalog records no ``training_batches``."""
+
+
+def current_batches(
+    warehouse: str | Path = DEFAULT_WAREHOUSE_DIR, *, lock_timeout_s: float = 10.0
+) -> Path:
+    """The absolute folder of the current training batches of ``warehouse`` (the warehouse
+    root of a pipeline run, relative to the working directory), as its catalog records them.
+
+    Read-only; DuckDB lets no process open it while a run writes it: after ``lock_timeout_s``,
+    :class:`CatalogLockedError`. :class:`NoBatchesError`: no catalog, or no batches in it."""
+    root = Path(warehouse).expanduser().resolve()
+    path = root / CATALOG_FILE
+    if not path.is_file():
+        raise NoBatchesError(
+            f"no warehouse catalog {path} (warehouse {str(warehouse)!r}, resolved against "
+            f"{Path.cwd()}): run the pipeline first (bash scripts/run_pipeline.sh), or name the "
+            "warehouse root it wrote (the warehouse resource's root)"
+        )
+    try:
+        with Catalog(path, lock_timeout_s=lock_timeout_s).connect(read_only=True) as con:
+            rows = con.execute(
+                "SELECT DISTINCT fingerprint FROM current_shards WHERE asset = ?",
+                [TRAINING_BATCHES],
+            ).fetchall()
+    except CatalogLockedError as error:
+        raise CatalogLockedError(
+            f"{error}. A pipeline run holds it while it writes: read the batches when it ends, "
+            "or open the folder its Run summary printed with TokenBatchDataset(folder)"
+        ) from error
+    if len(rows) != 1:
+        raise NoBatchesError(
+            f"the warehouse {root} holds no current {TRAINING_BATCHES}: materialize it (bash "
+            "scripts/run_pipeline.sh runs the whole pipeline)"
+        )
+    return stage_dir(root, TRAINING_BATCHES, rows[0][0])
 
 
 def _file_order(path: Path) -> tuple[str, int, str]:
@@ -659,6 +703,17 @@ class TokenBatchDataset(_MapBase):  # type: ignore[misc,valid-type]
         self.start, self.stop = _shard_range(units, self.rank, self.world_size)
         self.tensors = return_tensors == "pt"
 
+    @classmethod
+    def from_warehouse(
+        cls,
+        warehouse: str | Path = DEFAULT_WAREHOUSE_DIR,
+        split: str | None = "train",
+        **kwargs: Any,
+    ) -> TokenBatchDataset:
+        """The current batches of ``warehouse`` (:func:`current_batches`): no fingerprint to
+        look up. ``kwargs`` are those of the constructor."""
+        return cls(current_batches(warehouse), split, **kwargs)
+
     @property
     def metadata(self) -> dict[str, str]:
         """The schema metadata of the first file (tokenizer, layout, seq_len, ...)."""
@@ -707,6 +762,16 @@ class IterableTokenBatches(_IterBase):  # type: ignore[misc,valid-type]
         self, source: str | Path | Sequence[str | Path], split: str | None = "train", **kwargs: Any
     ) -> None:
         self._map = TokenBatchDataset(source, split, **kwargs)
+
+    @classmethod
+    def from_warehouse(
+        cls,
+        warehouse: str | Path = DEFAULT_WAREHOUSE_DIR,
+        split: str | None = "train",
+        **kwargs: Any,
+    ) -> IterableTokenBatches:
+        """The current batches of ``warehouse``, as :meth:`TokenBatchDataset.from_warehouse`."""
+        return cls(current_batches(warehouse), split, **kwargs)
 
     def __len__(self) -> int:
         return len(self._map)

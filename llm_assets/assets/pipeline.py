@@ -1,5 +1,6 @@
 """The five pipeline assets: thin wrappers that read config and call :mod:`llm_assets.stages`."""
 
+import re
 from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -32,7 +33,9 @@ from llm_assets.kernels.normalize import NormalizeSpec
 from llm_assets.kernels.settings import Form
 from llm_assets.kernels.tokenize.gpt2 import GPT2
 from llm_assets.kernels.tokenize.spec import TokenizerSpec
-from llm_assets.paths import shown
+from llm_assets.orchestration.console import InputFailure
+from llm_assets.orchestration.summary import last_step, run_summary
+from llm_assets.paths import PathEscapeError, shown
 from llm_assets.stages.engine import StageContext, StageInputError
 from llm_assets.stages.filtered_documents.driver import run_filtered_documents
 from llm_assets.stages.normalized_documents import run_normalized_documents
@@ -52,6 +55,7 @@ from llm_assets.stages.training_batches.checks import (
     label_needs_a_padded_layout,
 )
 from llm_assets.stages.training_batches.driver import run_training_batches
+from llm_assets.warehouse.catalog import CatalogLockedError, CatalogUnreadableError
 from llm_assets.warehouse.resource import WarehouseResource
 
 RawDocumentsConfig = config_class(
@@ -150,6 +154,41 @@ def _context(
         run_id=context.run.run_id,
         backend=compute.backend,
     )
+
+
+_INPUT_ERRORS = (StageInputError, PathEscapeError, CatalogLockedError, CatalogUnreadableError)
+"""Errors whose message names the fix (a setting, a folder, a file): the run fails with an
+:class:`InputFailure` of that message, which the console prints without a stack."""
+
+
+@contextmanager
+def _stage(
+    context: dg.AssetExecutionContext, compute: ComputeResource, warehouse: WarehouseResource
+) -> Iterator[StageContext]:
+    """Around an asset's body: check the run's config (:func:`validate_run_config`), give the
+    stage's context, turn an input error into an :class:`InputFailure`, and, in the run's last
+    step, log the ``Run summary`` once the stage is recorded."""
+    try:
+        steps = run_steps(context)
+        validate_run_config(context.run.run_config, warehouse.data_root_path, steps)
+        ctx = _context(context, compute, warehouse)
+        yield ctx
+    except _INPUT_ERRORS as exc:
+        raise InputFailure(_with_working_directory(str(exc))) from exc
+    if context.op_def.name == last_step(steps):
+        context.log.info(run_summary(ctx.catalog, warehouse.root_path, context.run.run_id, steps))
+
+
+_NAMES_A_PATH = re.compile(r"\b(folder|file|path|directory)s?\b")
+
+
+def _with_working_directory(message: str) -> str:
+    """``message``, and when it is about a file or folder, the working directory relative paths
+    were resolved against."""
+    cwd = str(Path.cwd())
+    if cwd in message or not _NAMES_A_PATH.search(message):
+        return message
+    return f"{message} (working directory: {cwd})"
 
 
 def _asset_kwargs(name: str) -> dict[str, Any]:
@@ -333,13 +372,12 @@ def raw_documents(
 ) -> dg.MaterializeResult:
     """Every input file (JSONL, JSONL.gz/.zst, Parquet, CSV, TXT) as one row per document, with a
     stable ``doc_id`` and its source file and line; unreadable records are rejects with a reason."""
-    validate_run_config(context.run.run_config, warehouse.data_root_path, run_steps(context))
-    spec = to_spec(config)
-    ctx = _context(context, compute, warehouse)
-    report = run_raw_documents(
-        ctx, config.input_dir, spec, config.rows_per_shard, data_root=warehouse.data_root_path
-    )
-    return materialize_result(report, ctx.catalog, None)
+    with _stage(context, compute, warehouse) as ctx:
+        spec = to_spec(config)
+        report = run_raw_documents(
+            ctx, config.input_dir, spec, config.rows_per_shard, data_root=warehouse.data_root_path
+        )
+        return materialize_result(report, ctx.catalog, None)
 
 
 @dg.asset(name=NORMALIZED_DOCUMENTS, deps=[RAW_DOCUMENTS], **_asset_kwargs(NORMALIZED_DOCUMENTS))
@@ -350,11 +388,9 @@ def normalized_documents(
     warehouse: WarehouseResource,
 ) -> dg.MaterializeResult:
     """The documents' text after a named normalization preset."""
-    validate_run_config(context.run.run_config, warehouse.data_root_path, run_steps(context))
-    spec = to_spec(config)
-    ctx = _context(context, compute, warehouse)
-    report = run_normalized_documents(ctx, spec)
-    return materialize_result(report, ctx.catalog, RAW_DOCUMENTS, preset=config.preset)
+    with _stage(context, compute, warehouse) as ctx:
+        report = run_normalized_documents(ctx, to_spec(config))
+        return materialize_result(report, ctx.catalog, RAW_DOCUMENTS, preset=config.preset)
 
 
 @dg.asset(
@@ -368,21 +404,20 @@ def tokenized_documents(
 ) -> dg.MaterializeResult:
     """Token ids (all of them, no truncation) and counts, with the tokenizer's name and
     vocabulary fingerprint in every shard's footer."""
-    validate_run_config(context.run.run_config, warehouse.data_root_path, run_steps(context))
-    spec = tokenizer_spec(config)
-    ctx = _context(context, compute, warehouse)
-    report = run_tokenized_documents(ctx, spec)
-    sft = {}
-    if spec.prompt_template is not None or spec.chat_template is not None:
-        example = sft_example_markdown(report, spec.build())
-        sft = {"sft_example": dg.MetadataValue.md(example)} if example else {}
-    return materialize_result(
-        report,
-        ctx.catalog,
-        NORMALIZED_DOCUMENTS,
-        tokens_per_second=round(report.extra.get("tokens", 0) / max(report.seconds, 1e-9), 1),
-        **sft,
-    )
+    with _stage(context, compute, warehouse) as ctx:
+        spec = tokenizer_spec(config)
+        report = run_tokenized_documents(ctx, spec)
+        sft = {}
+        if spec.prompt_template is not None or spec.chat_template is not None:
+            example = sft_example_markdown(report, spec.build())
+            sft = {"sft_example": dg.MetadataValue.md(example)} if example else {}
+        return materialize_result(
+            report,
+            ctx.catalog,
+            NORMALIZED_DOCUMENTS,
+            tokens_per_second=round(report.extra.get("tokens", 0) / max(report.seconds, 1e-9), 1),
+            **sft,
+        )
 
 
 @dg.asset(name=FILTERED_DOCUMENTS, deps=[TOKENIZED_DOCUMENTS], **_asset_kwargs(FILTERED_DOCUMENTS))
@@ -393,12 +428,11 @@ def filtered_documents(
     warehouse: WarehouseResource,
 ) -> dg.MaterializeResult:
     """The documents that pass every filter; each dropped one is a reject with reason and value."""
-    validate_run_config(context.run.run_config, warehouse.data_root_path, run_steps(context))
-    spec = filter_spec(config, warehouse.data_root_path)
-    ctx = _context(context, compute, warehouse)
-    report = run_filtered_documents(ctx, spec)
-    steps = ", ".join(step.name for step in spec.steps())  # the chain, plugins included
-    return materialize_result(report, ctx.catalog, TOKENIZED_DOCUMENTS, filters=steps)
+    with _stage(context, compute, warehouse) as ctx:
+        spec = filter_spec(config, warehouse.data_root_path)
+        report = run_filtered_documents(ctx, spec)
+        steps = ", ".join(step.name for step in spec.steps())  # the chain, plugins included
+        return materialize_result(report, ctx.catalog, TOKENIZED_DOCUMENTS, filters=steps)
 
 
 @dg.asset(name=TRAINING_BATCHES, deps=[FILTERED_DOCUMENTS], **_asset_kwargs(TRAINING_BATCHES))
@@ -411,20 +445,19 @@ def training_batches(
     """Shuffled (seeded), split into train/validation by document, and packed (padding-free) or
     padded into fixed-length sequences; ZSTD Parquet with the tokenizer and layout in its schema
     metadata."""
-    validate_run_config(context.run.run_config, warehouse.data_root_path, run_steps(context))
-    spec = _batch_spec(config)
-    ctx = _context(context, compute, warehouse)
-    report = run_training_batches(ctx, spec, config.zstd_level, megatron=config.megatron)
-    tokens = report.extra.get("tokens", 0)
-    padding = report.extra.get("padding_tokens", 0)
-    return materialize_result(
-        report,
-        ctx.catalog,
-        FILTERED_DOCUMENTS,
-        layout=config.layout,
-        seq_len=config.seq_len,
-        padding_fraction=round(padding / max(tokens + padding, 1), 6),
-    )
+    with _stage(context, compute, warehouse) as ctx:
+        spec = _batch_spec(config)
+        report = run_training_batches(ctx, spec, config.zstd_level, megatron=config.megatron)
+        tokens = report.extra.get("tokens", 0)
+        padding = report.extra.get("padding_tokens", 0)
+        return materialize_result(
+            report,
+            ctx.catalog,
+            FILTERED_DOCUMENTS,
+            layout=config.layout,
+            seq_len=config.seq_len,
+            padding_fraction=round(padding / max(tokens + padding, 1), 6),
+        )
 
 
 PIPELINE_ASSET_DEFS = [
