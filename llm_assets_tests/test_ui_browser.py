@@ -29,15 +29,20 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
-from playwright.sync_api import Page, expect, sync_playwright
+from playwright.sync_api import Locator, Page, expect, sync_playwright
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from llm_assets.constants import (
     CATALOG_FILE,
     DEFAULT_INPUT_DIR,
     DEFAULT_WAREHOUSE_DIR,
+    FILTERED_DOCUMENTS,
     GROUP_NAME,
+    NORMALIZED_DOCUMENTS,
     PIPELINE_ASSETS,
+    RAW_DOCUMENTS,
+    TOKENIZED_DOCUMENTS,
+    TRAINING_BATCHES,
 )
 from llm_assets.warehouse.catalog import Catalog
 from llm_assets_tests.conftest import REPO
@@ -48,6 +53,9 @@ SERVER_START_TIMEOUT_S = 120
 RUN_TIMEOUT_S = 300
 UI_TIMEOUT_MS = 30_000
 VIEWPORT = {"width": 1600, "height": 1000}
+ASSET_VIEWPORT = {"width": 1600, "height": 1500}
+"""Taller for the asset pages: a screenshot of a dialog holds the charts it scrolls through."""
+SCREENSHOTS_ENV = "LLM_ASSETS_SCREENSHOTS"
 
 # A minimal instance: runs launch at once (the default queued coordinator needs a daemon, which
 # this test does not start) and nothing is reported anywhere.
@@ -257,24 +265,94 @@ def _expected_rows(server: Webserver, run_id: str) -> dict[str, int]:
     return expected
 
 
+SUMMARY_HEADLINES = {
+    RAW_DOCUMENTS: "documents read from",
+    NORMALIZED_DOCUMENTS: "documents normalized",
+    TOKENIZED_DOCUMENTS: "tokens (gpt2)",
+    FILTERED_DOCUMENTS: "documents kept",
+    TRAINING_BATCHES: "sequences of",
+}
+"""Words of each asset's summary headline, after its rows out (thousands separated)."""
+CHARTS = {
+    RAW_DOCUMENTS: 1,  # reject reasons (the sample plants bad records)
+    NORMALIZED_DOCUMENTS: 1,  # reject reasons
+    TOKENIZED_DOCUMENTS: 1,  # document lengths
+    FILTERED_DOCUMENTS: 2,  # document lengths kept and given, reject reasons
+    TRAINING_BATCHES: 2,  # document lengths against seq_len, padding and truncation
+}
+"""The fewest charts each asset's ``charts`` entry shows."""
+
+
+def screenshot_folder(tmp_path: Path) -> Path:
+    """Where the screenshots go: ``$LLM_ASSETS_SCREENSHOTS`` when set, else the test's tmp."""
+    folder = Path(os.environ.get(SCREENSHOTS_ENV) or tmp_path / "screenshots").resolve()
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def _metadata_value(page: Page, key: str) -> Locator:
+    """The value cell of metadata entry ``key`` in the asset page's metadata table."""
+    row = page.get_by_role("row").filter(has=page.get_by_role("cell", name=key, exact=True))
+    expect(row).to_have_count(1, timeout=UI_TIMEOUT_MS)
+    return row.get_by_role("cell").last
+
+
+def _open_markdown(page: Page, key: str) -> Locator:
+    """Open the dialog of a Markdown entry too long to show inline; the dialog."""
+    _metadata_value(page, key).get_by_text("[Show Markdown]").click()
+    dialog = page.get_by_role("dialog")
+    expect(dialog).to_be_visible(timeout=UI_TIMEOUT_MS)
+    return dialog
+
+
+def _rendered_images(page: Page, scope: Locator, at_least: int) -> int:
+    """Wait until ``scope`` holds ``at_least`` images, every one decoded (natural width > 0);
+    their number."""
+    images = scope.locator("img")
+    expect(images.nth(at_least - 1)).to_be_attached(timeout=UI_TIMEOUT_MS)
+    page.wait_for_function(
+        "imgs => imgs.every(i => i.complete && i.naturalWidth > 0)",
+        arg=images.element_handles(),
+        timeout=UI_TIMEOUT_MS,
+    )
+    return images.count()
+
+
 def _check_asset_page(page: Page, server: Webserver, asset: str, rows: int, shots: Path) -> None:
     """The asset's page shows ``rows`` in its status grid ("Row count", thousands separated)
-    and as the ``rows_out`` entry of its metadata table."""
-
-    def metadata_value(key: str):
-        row = page.get_by_role("row").filter(has=page.get_by_role("cell", name=key, exact=True))
-        expect(row).to_have_count(1, timeout=UI_TIMEOUT_MS)
-        return row.get_by_role("cell").last
-
+    and as the ``rows_out`` entry of its metadata table; the metadata opens with the summary,
+    rendered Markdown whose headline gives the rows thousands separated; its charts render
+    (images decoded, natural width > 0). Screenshots of the metadata and of the charts."""
     page.goto(f"{server.url}/assets/{asset}")
     # The page is this asset's: its output folder is the asset's folder in the warehouse.
-    expect(metadata_value("folder")).to_contain_text(
+    expect(_metadata_value(page, "folder")).to_contain_text(
         f"/{DEFAULT_WAREHOUSE_DIR}/{asset}/", timeout=UI_TIMEOUT_MS
     )
-    expect(metadata_value("rows_out")).to_have_text(str(rows), timeout=UI_TIMEOUT_MS)
+    expect(_metadata_value(page, "rows_out")).to_have_text(str(rows), timeout=UI_TIMEOUT_MS)
     row_count = page.get_by_text("Row count", exact=True).locator("xpath=..")
     expect(row_count).to_contain_text(f"{rows:,}", timeout=UI_TIMEOUT_MS)
-    page.screenshot(path=str(shots / f"asset_{asset}.png"))
+
+    table = page.get_by_role("table").filter(
+        has=page.get_by_role("cell", name="summary", exact=True)
+    )
+    first_key = table.get_by_role("row").nth(1).get_by_role("cell").first
+    expect(first_key).to_have_text("summary", timeout=UI_TIMEOUT_MS)
+    summary = _metadata_value(page, "summary")
+    expect(summary).to_contain_text(f"{rows:,} {SUMMARY_HEADLINES[asset]}")
+    expect(summary.locator("li").first).to_be_visible()  # Markdown rendered, not shown as text
+    table.screenshot(path=str(shots / f"{asset}_metadata.png"))
+
+    dialog = _open_markdown(page, "charts")
+    drawn = _rendered_images(page, dialog, CHARTS[asset])
+    page.screenshot(path=str(shots / f"{asset}_charts.png"))
+    page.keyboard.press("Escape")
+    expect(dialog).to_be_hidden(timeout=UI_TIMEOUT_MS)
+    print(f"{asset}: summary and {drawn} chart(s) rendered")
+    if asset == TRAINING_BATCHES:
+        dialog = _open_markdown(page, "decoded_rows")
+        expect(dialog).to_contain_text("row 1")
+        page.screenshot(path=str(shots / f"{asset}_decoded_rows.png"))
+        page.keyboard.press("Escape")
 
 
 def _failure_screenshot(page: Page, path: Path) -> None:
@@ -297,8 +375,8 @@ def test_materialize_all_in_the_ui_and_every_asset_page_shows_its_row_count(
     five assets' pages shows the rows out that Dagster and the catalog recorded."""
     group_url = webserver.url + _group_path(webserver)
     wait = UI_TIMEOUT_MS
-    shots = tmp_path / "screenshots"
-    shots.mkdir()
+    shots = screenshot_folder(tmp_path)
+    print(f"screenshots: {shots}")
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True)
         page = browser.new_page(viewport=VIEWPORT)
@@ -315,8 +393,10 @@ def test_materialize_all_in_the_ui_and_every_asset_page_shows_its_row_count(
             )
             expected = _expected_rows(webserver, run_id)
 
+            page.set_viewport_size(ASSET_VIEWPORT)
             for asset, rows in expected.items():
                 _check_asset_page(page, webserver, asset, rows, shots)
+            page.set_viewport_size(VIEWPORT)
 
             # The graph after the run: every node materialized, its rows_reconcile check passed.
             page.goto(group_url)

@@ -6,8 +6,9 @@ import shutil
 import dagster as dg
 from pydantic import Field
 
+from llm_assets.assets.reporting.charts import image_markdown
 from llm_assets.bench.reference import REFERENCE_RUNNERS
-from llm_assets.bench.report import image_markdown, markdown_report, winners, write_charts
+from llm_assets.bench.report import markdown_report, winners, write_charts
 from llm_assets.bench.runner import BenchmarkPlan, RunResult, Workload, run_benchmark, summarize
 from llm_assets.constants import BENCHMARK_REPORT, CATALOG_POOL
 from llm_assets.machine import git_commit, machine_info
