@@ -125,7 +125,7 @@ def length_chart(
     ax.set_title(title, fontsize=11)
     _tidy(ax)
     if before or over is not None:
-        ax.legend(fontsize=8, frameon=False)
+        ax.legend(fontsize=8, frameon=False, loc="upper right")
     return _png(fig)
 
 

@@ -189,8 +189,8 @@ def training_batches_summary(report: StageReport, backend: str) -> Summary:
         ("read with", reader),
         (
             "work",
-            f"{count(len(report.shards))} files in {duration(report.seconds)}"
-            + (f" on {backend}" if backend else ""),
+            f"{count(len(report.shards))} files ({count(report.skipped)} reused) in "
+            f"{duration(report.seconds)}" + (f" on {backend}" if backend else ""),
         ),
         ("output", output(report.folder)),
     ]
