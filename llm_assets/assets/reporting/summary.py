@@ -198,3 +198,23 @@ def training_batches_summary(report: StageReport, backend: str) -> Summary:
         f"{count(report.rows_out)} sequences of {count(seq_len)} tokens, {extra.get('layout', '')}"
     )
     return Summary(headline, facts, optional)
+
+
+def benchmark_summary(
+    fastest: dict[int, tuple[str, float, float]], machine: dict, recorded: int
+) -> Summary:
+    """``benchmark_report``: the fastest backend per corpus size (rows -> backend, rows per
+    second, peak memory in MB), the machine, and the repetitions recorded."""
+    facts = [
+        (
+            f"{count(size)} rows",
+            f"{backend}, {count(speed)} rows/s, {count(memory)} MB peak",
+        )
+        for size, (backend, speed, memory) in sorted(fastest.items())
+    ]
+    cores, memory_gb = machine.get("cores"), machine.get("memory_gb")
+    optional = [
+        ("machine", f"{cores} cores, {memory_gb} GB"),
+        ("recorded", f"{count(recorded)} repetitions in table benchmark_results"),
+    ]
+    return Summary("Fastest backend per corpus size", facts, optional)

@@ -8,6 +8,7 @@ import numpy as np
 from llm_assets.assets.reporting.summary import (
     INLINE_LIMIT,
     LengthStats,
+    benchmark_summary,
     filtered_documents_summary,
     fit,
     raw_documents_summary,
@@ -107,3 +108,13 @@ def test_a_summary_too_long_drops_its_optional_facts_then_cuts_values():
     assert "w" * 300 in text and "o" * 500 not in text  # the last optional fact went first
     text = fit("headline", [("rejected", "r" * 2000), ("kept", "k" * 50)], [])
     assert len(text) <= INLINE_LIMIT and "- **kept**: " + "k" * 50 in text
+
+
+def test_the_benchmark_summary_names_the_fastest_backend_per_size():
+    fastest = {200_000: ("ray", 151_234.6, 2048.4), 1000: ("in_process", 9876.0, 210.0)}
+    text = benchmark_summary(fastest, {"cores": 2, "memory_gb": 23.4}, 8).markdown()
+    assert text.splitlines()[2:4] == [
+        "- **1,000 rows**: in_process, 9,876 rows/s, 210 MB peak",
+        "- **200,000 rows**: ray, 151,235 rows/s, 2,048 MB peak",
+    ]
+    assert "- **machine**: 2 cores, 23.4 GB" in text
