@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow.parquet as pq
 
-from llm_assets.assets.reporting.markdown import _escape, _fenced, code_span, count
+from llm_assets.assets.reporting.markdown import _escape, _fenced, count
 from llm_assets.kernels.batching.sequences import ATTENTION_MASK, IGNORE_INDEX, LABELS
 from llm_assets.kernels.schema import DOC_ID, INPUT_IDS, LEARNED_SPANS, PROMPT_TOKENS
 from llm_assets.kernels.tokenize.spec import TokenizerSpec
@@ -126,17 +126,21 @@ def _clip(parts: list[tuple[str, str]], limit: int) -> list[tuple[str, str]]:
 
 
 def _render(kind: str, text: str) -> str:
-    shown = text.replace("\n", "↵")
-    if kind == MASKED:
-        return code_span(shown)
+    """One part of a sequence as a line of Markdown: masked text in italics (the markers kept
+    off its surrounding spaces, else Markdown does not read them as emphasis), learned text
+    upright, the cut as ``[…]``. Its own line, so no marker touches the next part's text."""
     if kind == "cut":
-        return " **[…]** "
-    return _escape(shown)
+        return "**[…]**"
+    shown = text.replace("\n", "↵")
+    core = shown.strip()
+    if kind != MASKED or not core:
+        return _escape(shown)
+    return f"*{_escape(core)}*"
 
 
 def decoded_row_markdown(row: dict, tok: Tokenizer) -> str:
-    """One sequence as text: learned text plain, masked text (label -100) as inline code, a run
-    of padding as its count; line breaks as ↵."""
+    """One sequence as text in a quote, a line per part: masked text (label -100) in italics,
+    learned text upright, a run of padding as its count; line breaks in the text as ↵."""
     runs = position_kinds(row[INPUT_IDS], row.get(ATTENTION_MASK), row.get(LABELS))
     parts = []
     padding = 0
@@ -145,12 +149,14 @@ def decoded_row_markdown(row: dict, tok: Tokenizer) -> str:
             padding += end - start
             continue
         parts.append((kind, tok.decode(list(row[INPUT_IDS][start:end]))))
-    text = "".join(_render(kind, part) for kind, part in _clip(parts, _ROW_CHARS))
+    lines = [_render(kind, part) for kind, part in _clip(parts, _ROW_CHARS)]
+    if padding:
+        lines.append(f"*[{count(padding)} padding]*")
     counts = {kind: sum(e - s for k, s, e in runs if k == kind) for kind in (LEARNED, MASKED)}
     facts = f"{count(len(row[INPUT_IDS]))} positions: {count(counts[LEARNED])} learned"
     facts += f", {count(counts[MASKED])} masked" if counts[MASKED] else ""
     facts += f", {count(padding)} padding" if padding else ""
-    return f"{facts}\n\n> {text}" + (f" *[{count(padding)} padding]*" if padding else "")
+    return f"{facts}\n\n" + "\\\n".join(f"> {line}" for line in lines)
 
 
 def batch_rows_markdown(report: StageReport, tok: Tokenizer | None, rows: int = _BATCH_ROWS) -> str:
@@ -167,8 +173,9 @@ def batch_rows_markdown(report: StageReport, tok: Tokenizer | None, rows: int = 
         table = footer.read_row_group(0, columns=columns).slice(0, rows)
         masked = LABELS in names
         legend = (
-            "Plain text is learned; `code` is masked out of the loss (label -100); ↵ is a line "
-            "break; special tokens are written out."
+            "Upright text is learned; *italics* are masked out of the loss (label -100): the "
+            "model reads them but is not trained to write them. ↵ is a line break; special "
+            "tokens are written out."
             if masked
             else "Every real token is learned (no labels column); ↵ is a line break; special "
             "tokens (a document's end) are written out."

@@ -20,20 +20,23 @@ def test_positions_are_runs_of_padding_masked_and_learned():
     assert position_kinds([1, 2], None, None) == [(LEARNED, 0, 2)]
 
 
-def test_an_sft_row_shows_its_prompt_as_code_and_its_answer_as_text():
+def test_an_sft_row_shows_its_prompt_in_italics_and_its_answer_upright():
     tok = TokenizerSpec().build()
-    prompt, answer = tok.encode_batch(["Question: is `x` ok?\nAnswer:", " yes"])
+    prompt, answer = tok.encode_batch(["Question: is *x* ok?\nAnswer:", " yes"])
     ids = [*prompt, *answer, tok.eos_id, tok.pad_id, tok.pad_id]
     n = len(prompt)
     labels = [-100] * n + ids[n:-2] + [-100, -100]
     mask = [1] * (len(ids) - 2) + [0, 0]
     text = decoded_row_markdown({"input_ids": ids, "attention_mask": mask, "labels": labels}, tok)
-    assert text.startswith(
-        f"{len(ids)} positions: {len(answer) + 1} learned, {n} masked, 2 padding"
-    )
-    assert "``Question: is `x` ok?↵Answer:``" in text  # masked: inline code, backticks kept
-    assert r" yes&lt;\|endoftext\|&gt;" in text  # learned: plain text, EOS written out
-    assert text.endswith("*[2 padding]*")
+    head, quote = text.split("\n\n")
+    assert head == f"{len(ids)} positions: {len(answer) + 1} learned, {n} masked, 2 padding"
+    # A line per part, hard line breaks between: masked in italics (its own * escaped), the
+    # learned answer upright with EOS written out, then the padding's count.
+    assert quote.split("\\\n") == [
+        r"> *Question: is \*x\* ok?↵Answer:*",
+        r">  yes&lt;\|endoftext\|&gt;",
+        "> *[2 padding]*",
+    ]
 
 
 def test_a_long_row_keeps_its_start_and_its_end():
