@@ -5,8 +5,10 @@ relative defaults (input ``data/sample``, warehouse ``data/warehouse``) resolve 
 reads a private copy of the shipped sample and writes a private warehouse; ``DAGSTER_HOME`` is a
 temporary instance too. Debian's chromium (never a downloaded browser) opens the asset group,
 clicks *Materialize all*, waits for the run to succeed, then checks that every asset's page shows
-the row count that the materialization event and the DuckDB catalog hold. A screenshot of the
-asset graph goes to ``benchmarks/results/ui_screenshot.png``.
+the row count that the materialization event and the DuckDB catalog hold, that its metadata opens
+with the rendered summary, and that its charts render. Screenshots of each asset's metadata and
+charts (and the batches' decoded rows) go to ``$LLM_ASSETS_SCREENSHOTS`` or the test's temporary
+folder, printed; the asset graph's also to ``benchmarks/results/ui_screenshot.png``.
 """
 
 from __future__ import annotations

@@ -111,7 +111,7 @@ def length_chart(
         for n in names
     ]
     ax.bar(x, heights, 0.8 if not before else 0.55, color=colors, label=label)
-    if over is not None and _ORANGE in colors:
+    if any(c == _ORANGE and h for c, h in zip(colors, heights, strict=True)):
         ax.bar([0], [0], color=_ORANGE, label=over_label)  # legend entry only
     ax.set_xticks(
         x,
