@@ -5,8 +5,10 @@ relative defaults (input ``data/sample``, warehouse ``data/warehouse``) resolve 
 reads a private copy of the shipped sample and writes a private warehouse; ``DAGSTER_HOME`` is a
 temporary instance too. Debian's chromium (never a downloaded browser) opens the asset group,
 clicks *Materialize all*, waits for the run to succeed, then checks that every asset's page shows
-the row count that the materialization event and the DuckDB catalog hold. A screenshot of the
-asset graph goes to ``benchmarks/results/ui_screenshot.png``.
+the row count that the materialization event and the DuckDB catalog hold, that its metadata opens
+with the rendered summary, and that its charts render. Screenshots of each asset's metadata and
+charts (and the batches' decoded rows) go to ``$LLM_ASSETS_SCREENSHOTS`` or the test's temporary
+folder, printed; the asset graph's also to ``benchmarks/results/ui_screenshot.png``.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -29,15 +32,20 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
-from playwright.sync_api import Page, expect, sync_playwright
+from playwright.sync_api import Locator, Page, expect, sync_playwright
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from llm_assets.constants import (
     CATALOG_FILE,
     DEFAULT_INPUT_DIR,
     DEFAULT_WAREHOUSE_DIR,
+    FILTERED_DOCUMENTS,
     GROUP_NAME,
+    NORMALIZED_DOCUMENTS,
     PIPELINE_ASSETS,
+    RAW_DOCUMENTS,
+    TOKENIZED_DOCUMENTS,
+    TRAINING_BATCHES,
 )
 from llm_assets.warehouse.catalog import Catalog
 from llm_assets_tests.conftest import REPO
@@ -48,6 +56,11 @@ SERVER_START_TIMEOUT_S = 120
 RUN_TIMEOUT_S = 300
 UI_TIMEOUT_MS = 30_000
 VIEWPORT = {"width": 1600, "height": 1000}
+ASSET_VIEWPORT = {"width": 1920, "height": 1300}
+"""The asset pages on a full HD screen, taller so that a dialog's screenshot holds its charts.
+(Dagster's metadata table is as wide as its widest unbreakable value, the output folder's
+absolute path: on a narrower screen its right side is cut.)"""
+SCREENSHOTS_ENV = "LLM_ASSETS_SCREENSHOTS"
 
 # A minimal instance: runs launch at once (the default queued coordinator needs a daemon, which
 # this test does not start) and nothing is reported anywhere.
@@ -148,7 +161,8 @@ def webserver(tmp_path: Path, sample_input: Path) -> Iterator[Webserver]:
     (home / ".nux").mkdir()
     (home / ".nux" / "nux.yaml").write_text("seen: 1\n")
 
-    workdir = tmp_path / "work"
+    # A short working directory, as a user's project folder is: the metadata shows its paths.
+    workdir = Path(tempfile.mkdtemp(prefix="llm-assets-ui-"))
     input_dir = workdir / DEFAULT_INPUT_DIR
     shutil.copytree(sample_input, input_dir)
     env = {
@@ -177,6 +191,7 @@ def webserver(tmp_path: Path, sample_input: Path) -> Iterator[Webserver]:
         yield server
     finally:
         _stop(process)
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def _group_path(server: Webserver) -> str:
@@ -257,24 +272,99 @@ def _expected_rows(server: Webserver, run_id: str) -> dict[str, int]:
     return expected
 
 
+SUMMARY_HEADLINES = {
+    RAW_DOCUMENTS: "documents read from",
+    NORMALIZED_DOCUMENTS: "documents normalized",
+    TOKENIZED_DOCUMENTS: "documents, ",
+    FILTERED_DOCUMENTS: "of",  # 1,421 of 3,634 documents kept
+    TRAINING_BATCHES: "sequences of",
+}
+"""Words of each asset's summary headline, after its rows out (thousands separated)."""
+CHARTS = {
+    RAW_DOCUMENTS: 1,  # reject reasons (the sample plants bad records)
+    NORMALIZED_DOCUMENTS: 1,  # reject reasons
+    TOKENIZED_DOCUMENTS: 1,  # document lengths
+    FILTERED_DOCUMENTS: 2,  # document lengths kept and given, reject reasons
+    TRAINING_BATCHES: 2,  # document lengths against seq_len, padding and truncation
+}
+"""The fewest charts each asset's ``charts`` entry shows."""
+
+
+def screenshot_folder(tmp_path: Path) -> Path:
+    """Where the screenshots go: ``$LLM_ASSETS_SCREENSHOTS`` when set, else the test's tmp."""
+    folder = Path(os.environ.get(SCREENSHOTS_ENV) or tmp_path / "screenshots").resolve()
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def _metadata_value(page: Page, key: str) -> Locator:
+    """The value cell of metadata entry ``key`` in the asset page's metadata table."""
+    row = page.get_by_role("row").filter(has=page.get_by_role("cell", name=key, exact=True))
+    expect(row).to_have_count(1, timeout=UI_TIMEOUT_MS)
+    return row.get_by_role("cell").last
+
+
+def _open_markdown(page: Page, key: str) -> Locator:
+    """Open the dialog of a Markdown entry too long to show inline; the dialog."""
+    _metadata_value(page, key).get_by_text("[Show Markdown]").click()
+    dialog = page.get_by_role("dialog")
+    expect(dialog).to_be_visible(timeout=UI_TIMEOUT_MS)
+    return dialog
+
+
+def _rendered_images(page: Page, scope: Locator, at_least: int) -> int:
+    """Wait until ``scope`` holds ``at_least`` images, every one decoded (natural width > 0);
+    their number."""
+    images = scope.locator("img")
+    expect(images.nth(at_least - 1)).to_be_attached(timeout=UI_TIMEOUT_MS)
+    page.wait_for_function(
+        "imgs => imgs.every(i => i.complete && i.naturalWidth > 0)",
+        arg=images.element_handles(),
+        timeout=UI_TIMEOUT_MS,
+    )
+    return images.count()
+
+
 def _check_asset_page(page: Page, server: Webserver, asset: str, rows: int, shots: Path) -> None:
     """The asset's page shows ``rows`` in its status grid ("Row count", thousands separated)
-    and as the ``rows_out`` entry of its metadata table."""
-
-    def metadata_value(key: str):
-        row = page.get_by_role("row").filter(has=page.get_by_role("cell", name=key, exact=True))
-        expect(row).to_have_count(1, timeout=UI_TIMEOUT_MS)
-        return row.get_by_role("cell").last
-
+    and as the ``rows_out`` entry of its metadata table; the metadata opens with the summary,
+    rendered Markdown whose headline gives the rows thousands separated; its charts render
+    (images decoded, natural width > 0). Screenshots of the metadata and of the charts."""
+    start = time.monotonic()
     page.goto(f"{server.url}/assets/{asset}")
     # The page is this asset's: its output folder is the asset's folder in the warehouse.
-    expect(metadata_value("folder")).to_contain_text(
+    expect(_metadata_value(page, "folder")).to_contain_text(
         f"/{DEFAULT_WAREHOUSE_DIR}/{asset}/", timeout=UI_TIMEOUT_MS
     )
-    expect(metadata_value("rows_out")).to_have_text(str(rows), timeout=UI_TIMEOUT_MS)
+    expect(_metadata_value(page, "rows_out")).to_have_text(str(rows), timeout=UI_TIMEOUT_MS)
     row_count = page.get_by_text("Row count", exact=True).locator("xpath=..")
     expect(row_count).to_contain_text(f"{rows:,}", timeout=UI_TIMEOUT_MS)
-    page.screenshot(path=str(shots / f"asset_{asset}.png"))
+
+    table = page.get_by_role("table").filter(
+        has=page.get_by_role("cell", name="summary", exact=True)
+    )
+    first_key = table.get_by_role("row").nth(1).get_by_role("cell").first
+    expect(first_key).to_have_text("summary", timeout=UI_TIMEOUT_MS)
+    summary = _metadata_value(page, "summary")
+    expect(summary).to_contain_text(f"{rows:,} {SUMMARY_HEADLINES[asset]}")
+    expect(summary.locator("li").first).to_be_visible()  # Markdown rendered, not shown as text
+    page.get_by_text("Metadata", exact=True).scroll_into_view_if_needed()
+    page.screenshot(path=str(shots / f"{asset}_metadata.png"))
+
+    dialog = _open_markdown(page, "charts")
+    drawn = _rendered_images(page, dialog, CHARTS[asset])
+    page.screenshot(path=str(shots / f"{asset}_charts.png"))
+    page.keyboard.press("Escape")
+    expect(dialog).to_be_hidden(timeout=UI_TIMEOUT_MS)
+    print(f"{asset}: summary and {drawn} chart(s) rendered ({time.monotonic() - start:.1f} s)")
+    if asset == TRAINING_BATCHES:
+        rows_cell = _metadata_value(page, "decoded_rows")
+        long = rows_cell.get_by_text("[Show Markdown]").count() > 0  # else shown inline
+        shown = _open_markdown(page, "decoded_rows") if long else rows_cell
+        expect(shown).to_contain_text("train-00000, row 1")
+        page.screenshot(path=str(shots / f"{asset}_decoded_rows.png"))
+        if long:
+            page.keyboard.press("Escape")
 
 
 def _failure_screenshot(page: Page, path: Path) -> None:
@@ -297,8 +387,8 @@ def test_materialize_all_in_the_ui_and_every_asset_page_shows_its_row_count(
     five assets' pages shows the rows out that Dagster and the catalog recorded."""
     group_url = webserver.url + _group_path(webserver)
     wait = UI_TIMEOUT_MS
-    shots = tmp_path / "screenshots"
-    shots.mkdir()
+    shots = screenshot_folder(tmp_path)
+    print(f"screenshots: {shots}")
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True)
         page = browser.new_page(viewport=VIEWPORT)
@@ -308,15 +398,19 @@ def test_materialize_all_in_the_ui_and_every_asset_page_shows_its_row_count(
             for asset in PIPELINE_ASSETS:
                 expect(page.get_by_text(asset, exact=True).first).to_be_visible(timeout=wait)
             run_path = _launch_from_the_page(page)
+            print(f"run launched: {run_path}")
             status = _wait_for_run_status(page, webserver.url + run_path)
             run_id = run_path.rsplit("/", 1)[1]
             assert status == "Success", f"run {run_id} ended with {status}:\n" + (
                 webserver.log_tail()
             )
             expected = _expected_rows(webserver, run_id)
+            print(f"run {run_id} succeeded")
 
+            page.set_viewport_size(ASSET_VIEWPORT)
             for asset, rows in expected.items():
                 _check_asset_page(page, webserver, asset, rows, shots)
+            page.set_viewport_size(VIEWPORT)
 
             # The graph after the run: every node materialized, its rows_reconcile check passed.
             page.goto(group_url)

@@ -6,8 +6,10 @@ import shutil
 import dagster as dg
 from pydantic import Field
 
+from llm_assets.assets.reporting.charts import image_markdown
+from llm_assets.assets.reporting.summary import benchmark_summary
 from llm_assets.bench.reference import REFERENCE_RUNNERS
-from llm_assets.bench.report import image_markdown, markdown_report, winners, write_charts
+from llm_assets.bench.report import markdown_report, winners, write_charts
 from llm_assets.bench.runner import BenchmarkPlan, RunResult, Workload, run_benchmark, summarize
 from llm_assets.constants import BENCHMARK_REPORT, CATALOG_POOL
 from llm_assets.machine import git_commit, machine_info
@@ -106,9 +108,19 @@ def benchmark_report(
     }
     report = markdown_report(summaries, machine=machine, commit=commit)
     (run_dir / "report.md").write_text(report)
-    best = {str(size): s.backend for size, s in winners(summaries).items()}
+    fastest = winners(summaries)
+    best = {str(size): s.backend for size, s in fastest.items()}
+    summary = benchmark_summary(
+        {
+            size: (s.backend, s.median.rows_per_second, s.median.peak_total_pss_mb)
+            for size, s in fastest.items()
+        },
+        machine,
+        written,
+    )
     return dg.MaterializeResult(
         metadata={
+            "summary": dg.MetadataValue.md(summary.markdown()),
             "report": dg.MetadataValue.md(report),
             "throughput_chart": dg.MetadataValue.md(images["Throughput"]),
             "memory_chart": dg.MetadataValue.md(images["Memory"]),

@@ -11,7 +11,8 @@ from pydantic import Field
 
 from llm_assets.assets.config import config_class, to_spec
 from llm_assets.assets.filter_config import FilterConfig, filter_spec
-from llm_assets.assets.reporting import materialize_result, sft_example_markdown
+from llm_assets.assets.reporting.examples import sft_example_markdown
+from llm_assets.assets.reporting.result import materialize_result
 from llm_assets.compute.resource import ComputeResource
 from llm_assets.constants import (
     CATALOG_POOL,

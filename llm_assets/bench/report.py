@@ -5,7 +5,6 @@ The history table they are recorded in is :mod:`llm_assets.warehouse.benchmarks`
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -320,9 +319,3 @@ def write_charts(summaries: Sequence[Summary], out_dir: str | Path) -> dict[str,
         plt.close(fig)
         paths[name] = path
     return paths
-
-
-def image_markdown(path: str | Path, alt: str) -> str:
-    """Markdown that shows a PNG inline (a base64 data URI: the UI renders it, no file server)."""
-    data = base64.b64encode(Path(path).read_bytes()).decode()
-    return f"![{alt}](data:image/png;base64,{data})"

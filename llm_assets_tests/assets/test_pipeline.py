@@ -118,32 +118,6 @@ def test_materialize_all_succeeds_and_checks_pass(in_process_run):
     ]
 
 
-def test_metadata_tables_show_text_literally():
-    """The sample and reject tables show a value as it is: PII placeholders and HTML tags are
-    not swallowed as markup, Markdown emphasis and pipes are escaped, and a long list keeps its
-    whole length (before: "Contact me at  or call ", *stars* in italics, and a 1,024-id list cut
-    to "(10…")."""
-    from llm_assets.assets.reporting import _cell
-
-    assert _cell("mail <EMAIL> or <b>x</b> *s* __u__ a|b") == (
-        "mail &lt;EMAIL&gt; or &lt;b&gt;x&lt;/b&gt; \\*s\\* \\_\\_u\\_\\_ a\\|b"
-    )
-    assert _cell(list(range(100_000, 101_024))).endswith("…\\] (1024)")
-    assert len(_cell("x" * 500)) == 80
-
-
-def test_the_sft_example_is_a_code_block_whatever_backticks_the_text_holds():
-    """The SFT example's prompt and answer are shown as they are: a fence longer than any run
-    of backticks in them (a code answer's own ``` would end a shorter one)."""
-    from llm_assets.assets.reporting import _fenced
-
-    text = "Use:\n```python\nprint(1)\n```\nand `x`."
-    block = _fenced(text)
-    assert block.startswith("````text\n") and block.endswith("\n````")
-    assert block[len("````text\n") : -len("\n````")] == text
-    assert _fenced("plain") == "```text\nplain\n```"
-
-
 def test_every_asset_says_where_its_time_went(in_process_run):
     """seconds_by_part: the shard tasks' read / compute / write / commit seconds, in the
     materialization's metadata and in the catalog's record of it."""

@@ -76,6 +76,9 @@ def test_benchmark_report_records_rows_and_markdown(tmp_path):
         assert (ours[1], study[1]) == ("ours", "reference")
         assert ours[3:] == study[3:] and ours[3] < ours[0]  # some rows are dropped
     metadata = _metadata(result)
+    assert next(iter(metadata)) == "summary"  # the UI shows the metadata in this order
+    assert metadata["summary"].value.startswith("#### Fastest backend per corpus size")
+    assert "- **1,000 rows**: " in metadata["summary"].value
     report = metadata["report"].value
     assert "### Our pipeline" in report
     assert "| 1,000 | multiprocess |" in report
