@@ -32,7 +32,9 @@ def plugin_dir(tmp_path_factory) -> Iterator[Path]:
     ``sys.path`` (and on ``PYTHONPATH`` for the runs it starts): no other test process, and no
     test run beside this one, sees the plugin."""
     target = tmp_path_factory.mktemp("plugin_site")
-    _pip("install", "--no-deps", "--no-build-isolation", "--target", str(target), str(EXAMPLE))
+    source = tmp_path_factory.mktemp("plugin_source") / "plugin_filter"
+    shutil.copytree(EXAMPLE, source)  # pip builds in place: keep the example's folder clean
+    _pip("install", "--no-deps", "--no-build-isolation", "--target", str(target), str(source))
     sys.path.insert(0, str(target))
     registry.plugins.cache_clear()
     registry.registry.cache_clear()
