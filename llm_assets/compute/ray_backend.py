@@ -127,6 +127,8 @@ class RayBackend(ComputeBackend):
         """Start in the background: a local Ray not started yet, with the option on."""
         if not self.work_while_starting or self.address or self._remote is not None:
             return False
+        if self._starter is not None:
+            return True  # a start under way since an earlier stage: its thread may be importing
         ray = sys.modules.get("ray")  # importing Ray costs ~0.5 s: that is the thread's job too
         return ray is None or not ray.is_initialized()
 
