@@ -16,6 +16,7 @@ from llm_assets.assets.pipeline import PIPELINE_ASSET_DEFS
 from llm_assets.compute.resource import ComputeResource
 from llm_assets.kernels.schema import make_doc_id
 from llm_assets.kernels.tokenize.spec import TokenizerSpec
+from llm_assets.orchestration.console import InputFailure
 from llm_assets.stages.engine import StageInputError
 from llm_assets.warehouse.catalog import Catalog
 from llm_assets.warehouse.resource import WarehouseResource
@@ -337,7 +338,9 @@ def test_chat_field_without_a_chat_template_is_refused_before_any_work(tmp_path)
         ),
     ]
     for config, message in refused:
-        with pytest.raises(StageInputError, match=message):
+        # The asset reports an input error as an InputFailure (short on the console), its
+        # cause the stage's StageInputError.
+        with pytest.raises(InputFailure, match=message) as error:
             dg.materialize(
                 PIPELINE_ASSET_DEFS,
                 resources={
@@ -346,6 +349,7 @@ def test_chat_field_without_a_chat_template_is_refused_before_any_work(tmp_path)
                 },
                 run_config=config,
             )
+        assert isinstance(error.value.__cause__, StageInputError)
         assert not (root / "raw_documents").exists()
 
 
@@ -353,7 +357,7 @@ def test_a_chat_field_the_records_lack_fails_raw_documents_naming_the_setting(tm
     folder = tmp_path / "plain"
     folder.mkdir()
     (folder / "a.jsonl").write_text('{"text": "hello there", "id": 1}\n' * 3)
-    with pytest.raises(StageInputError, match=r"raw_documents.config.chat_field\)") as error:
+    with pytest.raises(InputFailure, match=r"raw_documents.config.chat_field\)") as error:
         dg.materialize(
             PIPELINE_ASSET_DEFS,
             resources={
@@ -363,6 +367,7 @@ def test_a_chat_field_the_records_lack_fails_raw_documents_naming_the_setting(tm
             run_config=chat_config(folder, chat_template="chatml"),
         )
     assert "no field 'messages' (fields: text, id)" in str(error.value)
+    assert isinstance(error.value.__cause__, StageInputError)
 
 
 def test_tool_calling_conversations_learn_their_calls_end_to_end(tmp_path):
