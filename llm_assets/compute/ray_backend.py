@@ -199,12 +199,11 @@ class RayBackend(ComputeBackend):
         on_result: OnResult | None,
         results: dict[int, R],
         used: list[int],
-        errors: list[str],
     ) -> None:
         """Run tasks here, in order, until the background start ends; fill ``results``.
 
         A task that raises is left for Ray (its own process, its retries), not retried here;
-        that attempt counts in ``used`` (its error in ``errors``). (A task that crashes this
+        that attempt counts in ``used``. (A task that crashes this
         process, as a segfault in native code would, takes the run with it: what the in-process
         backend gives too.)
         """
@@ -217,7 +216,6 @@ class RayBackend(ComputeBackend):
                 results[index] = fn(task)
             except Exception as exc:
                 used[index] += 1
-                errors[index] = describe_error(exc)
                 self.log.warning(
                     f"shard {task_key(task)} failed in this process while Ray started "
                     f"({describe_error(exc)}); Ray will run it"
@@ -248,9 +246,8 @@ class RayBackend(ComputeBackend):
         # Attempts each shard has used: one in this process while Ray started, if it raised
         # there; each attempt in Ray that raised, died or timed out.
         used = [0] * len(tasks)
-        errors = [""] * len(tasks)
         if self._remote is None and self._starter is not None:
-            self._run_in_driver_while_starting(fn, tasks, on_result, results, used, errors)
+            self._run_in_driver_while_starting(fn, tasks, on_result, results, used)
             if len(results) == len(tasks):
                 return [results[i] for i in range(len(tasks))]
         remote = self._ensure_started()
@@ -261,7 +258,6 @@ class RayBackend(ComputeBackend):
             on_result,
             results=results,
             used=used,
-            errors=errors,
             # Nodes of a cluster may run another llm_assets: each task checks its node's against
             # this one (a local Ray's workers run this machine's installed package: not checked).
             expected=code_identity() if self.address else None,

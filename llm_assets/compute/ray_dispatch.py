@@ -35,9 +35,9 @@ class ShardDispatch:
     More would only hold references. Ray runs a node's tasks in submission order, so the clock of
     a queued task starts when an earlier one finishes: the timeout measures running time.
 
-    ``results``, ``used`` (attempts per shard) and ``errors`` (its last error) may hold what
-    was done before; ``expected`` is the code identity each task checks its node against (None:
-    not checked); ``check_cluster`` raises if the cluster stopped answering (None: a local Ray).
+    ``results`` and ``used`` (attempts per shard) may hold what was done before; ``expected`` is
+    the code identity each task checks its node against (None: not checked); ``check_cluster``
+    raises if the cluster stopped answering (None: a local Ray).
     """
 
     def __init__(
@@ -49,7 +49,6 @@ class ShardDispatch:
         *,
         results: dict[int, R],
         used: list[int],
-        errors: list[str],
         expected: str | None,
         check_cluster: Callable[[], None] | None,
         slots: int,
@@ -59,7 +58,7 @@ class ShardDispatch:
         heartbeat_s: float,
     ) -> None:
         self.remote, self.fn, self.tasks, self.on_result = remote, fn, tasks, on_result
-        self.results, self.used, self.errors = results, used, errors
+        self.results, self.used = results, used
         self.expected, self.check_cluster, self.slots = expected, check_cluster, slots
         self.max_attempts, self.task_timeout_s, self.log = max_attempts, task_timeout_s, log
         self.queue = deque(i for i in range(len(tasks)) if i not in results)
@@ -157,7 +156,6 @@ class ShardDispatch:
     def _attempt_failed(self, index: int, error: str) -> None:
         """Count a failed attempt of shard ``index``: retry it, or fail the run."""
         self.used[index] += 1
-        self.errors[index] = error
         key = task_key(self.tasks[index])
         if self.used[index] >= self.max_attempts:
             self._cancel()

@@ -176,10 +176,6 @@ def _check_sources(asset: str, sources: Iterable[ShardRecord]) -> None:
         )
 
 
-def _spec_config(spec: Any) -> dict[str, Any]:
-    return asdict(spec) if hasattr(spec, "__dataclass_fields__") else dict(spec)
-
-
 OPTIONS_ADDED_UNSET = ("chat_field", "chat_template", "chat_answers")
 """Spec options added after warehouses were written: left unset (None) they are not part of a
 stage's config or fingerprint, so such warehouses keep their folders and reuse every shard."""

@@ -239,9 +239,3 @@ def record_results(
         con.execute(_RESULTS_SQL)
         insert_values(con, f"INSERT INTO {RESULTS_TABLE}", rows, placeholders)
     return len(rows)
-
-
-def ensure_results_table(catalog: Catalog) -> None:
-    """Create ``benchmark_results`` if missing (readers may query it before any run)."""
-    with catalog.connect() as con:
-        con.execute(_RESULTS_SQL)
