@@ -14,6 +14,8 @@ SAMPLE_DIR = REPO / "data" / "sample"
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
+pytest_plugins = ["llm_assets_tests.s3"]
+
 
 SERIAL_FILES = (
     "compute/test_ray_backend.py",
