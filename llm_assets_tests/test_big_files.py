@@ -232,9 +232,8 @@ def test_a_big_parquet_file_is_cut_into_row_groups_when_read(tmp_path, corpora):
 
 
 def test_a_damaged_big_raw_shard_fails_naming_it_and_what_to_do(tmp_path, corpora):
-    """Cutting a raw shard reads its footer: a shard cut short since it was recorded fails with
-    the stage's own error naming it (before: a bare ArrowInvalid, 'Parquet magic bytes not
-    found'), and materializing raw_documents again repairs it."""
+    """Cutting a raw shard reads its footer: a shard cut short since it was recorded fails with the
+    stage's own error naming it, and materializing raw_documents again repairs it."""
     ctx = _ctx(tmp_path / "wh")
     raw = run_raw_documents(ctx, corpora[".jsonl.gz"], INGEST, ROWS_PER_SHARD)
     path = Path(raw.shards[0].path)
@@ -246,9 +245,9 @@ def test_a_damaged_big_raw_shard_fails_naming_it_and_what_to_do(tmp_path, corpor
 
 
 def test_a_json_lines_file_named_json_is_cut_into_line_ranges(tmp_path, corpora):
-    """``Dataset.to_json`` writes JSON Lines as ``.json``: cut into line ranges like ``.jsonl``
-    (before: one shard whatever its size), with the same documents; a ``.json`` file holding a
-    JSON array is still read whole, its one reject saying how to convert it."""
+    """``Dataset.to_json`` writes JSON Lines as ``.json``: cut into line ranges like ``.jsonl``,
+    with the same documents; a ``.json`` file holding a JSON array is still read whole, its one
+    reject saying how to convert it."""
     folder = tmp_path / "json"
     folder.mkdir()
     (folder / "corpus.json").write_bytes((corpora[".jsonl"] / "corpus.jsonl").read_bytes())

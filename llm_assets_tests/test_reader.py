@@ -449,7 +449,7 @@ def test_an_empty_split_is_an_empty_dataset(batches, tmp_path_factory):
     with pytest.raises(MetadataMismatchError, match="layout"):
         TokenBatchDataset(batches, "validation", expected_layout="padded")
     # batches=True is refused on a layout without pre-formed batches, whether or not the split
-    # has a file (before: an empty split gave a dataset of length 0, its other split an error).
+    # has a file.
     for split in ("train", "validation"):
         with pytest.raises(NoPreformedBatchesError):
             TokenBatchDataset(batches, split, batches=True)

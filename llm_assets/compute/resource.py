@@ -68,9 +68,7 @@ class ComputeResource(dg.ConfigurableResource):
 
     def use_warehouse_catalog(self, path: str) -> None:
         """The catalog of the run's warehouse: where backend ``auto`` reads the benchmark results
-        unless ``benchmark_catalog`` names another (before, it always read
-        ``data/warehouse/catalog.duckdb``, so with another warehouse root it found no results and
-        ran in-process, telling the user to materialize the report they had just materialized)."""
+        unless ``benchmark_catalog`` names another."""
         self._warehouse_catalog = path
 
     def get_backend(self) -> ComputeBackend:

@@ -163,8 +163,7 @@ def test_undersample_keeps_the_smallest_class_count_and_the_rest_are_rejects_in_
 
 def test_sft_rows_are_balanced_as_the_layout_uses_them_not_before_their_rejects(tmp_path):
     """Labelled SFT rows where half of one class's prompts fill ``seq_len``: those are
-    ``prompt_fills_sequence`` rejects, and the classes are even among the rows that remain
-    (before: counted before the rejects, an oversample turned 1:2 into 2:1 the other way)."""
+    ``prompt_fills_sequence`` rejects, and the classes are even among the rows that remain."""
     import random
 
     rng = random.Random(0)

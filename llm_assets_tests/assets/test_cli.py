@@ -170,9 +170,7 @@ def test_the_docs_sensor_command_reaches_the_location_dagster_dev_loads(tmp_path
 
 
 def test_the_study_config_is_the_benchmarks_workload(tmp_path):
-    """``configs/study.yaml`` gives the specs the benchmark runs as the study's workload (before:
-    only the preset and min_tokens, so PII redaction, the Gopher rules, the language filter and
-    both dedups stayed on and dropped a third of the documents the study keeps)."""
+    """``configs/study.yaml`` gives the specs the benchmark runs as the study's workload."""
     from llm_assets.assets import pipeline
     from llm_assets.assets.config import to_spec
     from llm_assets.bench.runner import Workload

@@ -134,9 +134,9 @@ def test_an_input_folder_of_empty_files_fails_saying_so(tmp_path):
 
 
 def test_a_file_whose_records_are_all_rejected_among_good_ones_is_named_in_a_warning(tmp_path):
-    """One file of another layout (its text under ``body``) and one empty file beside a good
-    one: the run goes on with the good file's documents, and a WARNING names each file that
-    gave nothing, with its top reason (before: only the total reject counts said anything)."""
+    """One file of another layout (its text under ``body``) and one empty file beside a good one:
+    the run goes on with the good file's documents, and a WARNING names each file that gave nothing,
+    with its top reason."""
     (tmp_path / "in").mkdir()
     _write_jsonl(tmp_path / "in" / "good.jsonl", [{"text": _text(i)} for i in range(5)])
     _write_jsonl(tmp_path / "in" / "other.jsonl", [{"body": _text(i)} for i in range(12)])
@@ -159,10 +159,9 @@ def _labelled_csv(folder: Path) -> None:
 
 def test_labels_with_the_packed_layout_are_refused_at_the_first_step(tmp_path):
     """``label_field`` with the default ``packed`` layout: every label was dropped silently (a
-    packed block has no label column). Refused before any work, naming both settings; the
-    padded layout keeps the labels, and an empty label cell is a ``missing_label`` reject
-    (before: the class ``""``). ``training_batches`` run alone with ``packed`` on labelled
-    documents is refused too."""
+    packed block has no label column). Refused before any work, naming both settings; the padded
+    layout keeps the labels, and an empty label cell is a ``missing_label`` reject.
+    ``training_batches`` run alone with ``packed`` on labelled documents is refused too."""
     _labelled_csv(tmp_path / "in")
     root = tmp_path / "wh"
     filters = {**QUICK_FILTERS, "label_field": "label"}

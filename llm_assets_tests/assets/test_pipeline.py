@@ -110,8 +110,7 @@ def test_materialize_all_succeeds_and_checks_pass(in_process_run):
     # (seq_len 256 in the test run config).
     catalog = WarehouseResource(root=str(_base / "warehouse")).catalog()
     lengths = np.array([n for (n,) in catalog.query("SELECT n_tokens FROM filtered_documents")])
-    # As [bin, documents] pairs in length order (before: a JSON object the UI showed sorted as
-    # text, "1024-1024" before "128-255").
+    # As [bin, documents] pairs in length order.
     histogram = length_histogram(lengths, 256)
     assert meta["training_batches"]["length_histogram"].value == [
         [k, v] for k, v in histogram.items()
@@ -266,11 +265,10 @@ def test_lost_shards_are_recomputed_byte_identical(in_process_run, tmp_path):
 
 @pytest.mark.parametrize("damage", ["flipped", "cut"])
 def test_a_damaged_shard_is_computed_again_not_reused(in_process_run, damage):
-    """Bytes flipped in the middle of a finished shard, its footer intact (so its input
-    fingerprint still reads): its checksum no longer matches the catalog's, so the next run
-    computes it again and ends byte-identical (before: reused, and the next stage failed on it).
-    A shard cut short (its footer gone) is computed again too, with the same warning (before:
-    silently)."""
+    """Bytes flipped in the middle of a finished shard, its footer intact (so its input fingerprint
+    still reads): its checksum no longer matches the catalog's, so the next run computes it again
+    and ends byte-identical. A shard cut short (its footer gone) is computed again too, with the
+    same warning."""
     base, _ = in_process_run
     root = base / "warehouse"
     before = output_checksums(root)
@@ -295,7 +293,7 @@ def test_a_damaged_shard_is_computed_again_not_reused(in_process_run, damage):
 
 def test_scatter_folders_of_a_killed_run_are_removed(in_process_run):
     """A run killed mid-scatter leaves a temporary scatter folder (renamed into place only when
-    complete): the next run removes it (before: it stayed forever, one per killed scatter)."""
+    complete): the next run removes it."""
     base, _ = in_process_run
     root = base / "warehouse"
     stale = root / TRAINING_BATCHES / "_scatter" / "part-x-0123.tmp-deadbeef"
@@ -336,9 +334,9 @@ def test_every_backend_writes_identical_parquet(in_process_run, tmp_path, backen
 
 
 def test_a_damaged_catalog_fails_clearly_and_a_new_one_reuses_every_shard(in_process_run, tmp_path):
-    """A catalog DuckDB cannot open fails the run at its first step saying so (before: "in use
-    by another process"); moved away, as the message says, the next run starts a new catalog
-    and finds every finished shard by its footer: nothing computed again, the same bytes."""
+    """A catalog DuckDB cannot open fails the run at its first step saying so; moved away, as the
+    message says, the next run starts a new catalog and finds every finished shard by its footer:
+    nothing computed again, the same bytes."""
     base, _ = in_process_run
     shutil.copytree(base / "warehouse", tmp_path / "wh")
     catalog_file = tmp_path / "wh" / "catalog.duckdb"
@@ -376,11 +374,10 @@ def _materialize_only(asset: str, root: Path, config: dict) -> dg.ExecuteInProce
 def test_a_shard_edited_by_hand_is_not_read_by_an_asset_materialized_alone(
     sample_input, tmp_path, upstream, asset, config
 ):
-    """An upstream shard whose file no longer has its recorded checksum (edited or cut by hand)
-    is not computed from when a downstream asset is materialized on its own with a new config:
-    the step fails naming the shard and saying to materialize the upstream again (before: it
-    read the edited file, and its output, named and reused as if computed from the recorded one,
-    kept the damage for good, every check passing). The whole job then repairs the shard."""
+    """An upstream shard whose file no longer has its recorded checksum (edited or cut by hand) is
+    not computed from when a downstream asset is materialized on its own with a new config: the step
+    fails naming the shard and saying to materialize the upstream again. The whole job then repairs
+    the shard."""
     root = tmp_path / "wh"
     assert materialize(sample_input, root).success
     shard = WarehouseResource(root=str(root)).catalog().current_shards(upstream)[0]
@@ -411,9 +408,8 @@ def test_new_input_file_adds_shards_and_reuses_the_rest(sample_input, tmp_path):
 
 
 def test_padded_layout_masks_padding(sample_input, tmp_path, monkeypatch):
-    """Padding is masked out of the labels; the shuffle buckets of the padded layout hold a
-    bounded number of padded tokens (before: only the token ids counted, so short documents
-    padded to a long seq_len all went to one gather task: 1.4 GB for 3,000 documents at 32,768)."""
+    """Padding is masked out of the labels; the shuffle buckets of the padded layout hold a bounded
+    number of padded tokens."""
     monkeypatch.setattr(batches_driver, "PADDED_TOKENS_PER_BUCKET", 16 * 1024)
     result = materialize(
         sample_input, tmp_path / "wh", training_batches={"layout": "padded", "seq_len": 64}
@@ -606,12 +602,12 @@ def test_bad_rows_in_a_new_file_are_rejects_and_the_run_succeeds(sample_input, t
         b"[1, 2]\n"
     )
     (sample_input / "empty.jsonl").write_bytes(b"")
-    # Parquet does not check UTF-8: row 2's text is not UTF-8 (before: the stage crashed on it).
+    # Parquet does not check UTF-8: row 2's text is not UTF-8.
     offsets = pa.py_buffer(pa.array([0, 58, 63], pa.int32()).buffers()[1])
     text = b"a fine parquet row with enough words to pass the length ok" + b"\xff\xfebad"
     column = pa.Array.from_buffers(pa.string(), 2, [None, offsets, pa.py_buffer(text)])
     pq.write_table(pa.table({"text": column}), sample_input / "broken.parquet")
-    # A CSV quote never closed (before: the rest of the file became one document's text).
+    # A CSV quote never closed.
     (sample_input / "broken.csv").write_text('id,text\n1,"never closed\n2,swallowed\n')
     result = materialize(sample_input, tmp_path / "wh")
     assert result.success
@@ -1020,11 +1016,8 @@ def _flip_middle(path: Path) -> None:
 
 @pytest.mark.parametrize("damage", ["cut", "flipped"])
 def test_damaged_intermediate_files_are_written_again_not_fatal(sample_input, tmp_path, damage):
-    """What a killed run or a damaged disk leaves among the intermediate files is repaired by
-    the next run, which succeeds with the same output (before: a scatter file cut short failed
-    every gather "shorter than its manifest says", a cut dedup drops file every dedup apply
-    "magic bytes not found", a cut Megatron .bin was reused as it was, and the temporary files
-    of a killed Megatron export or drops write stayed for good)."""
+    """What a killed run or a damaged disk leaves among the intermediate files is repaired by the
+    next run, which succeeds with the same output."""
     sample, root = sample_input, tmp_path / "wh"
     first = materialize(sample, root, training_batches={"megatron": True})
     assert first.success
@@ -1065,10 +1058,8 @@ def test_damaged_intermediate_files_are_written_again_not_fatal(sample_input, tm
     ids=["bucketed", "padded_longest"],
 )
 def test_preformed_batches_read_back_whole_on_every_rank(sample_input, tmp_path, batches_config):
-    """The pipeline's bucketed and pad_to-longest batches, read with ``batches=True`` by two
-    ranks through a real DataLoader: every document once, every item one batch of one length
-    (before, row shares and file ends cut batches, and DataLoader(batch_size=...) could not
-    stack rows of different lengths)."""
+    """The pipeline's bucketed and pad_to-longest batches, read with ``batches=True`` by two ranks
+    through a real DataLoader: every document once, every item one batch of one length."""
     from torch.utils.data import DataLoader
 
     from llm_assets.reader import IterableTokenBatches, TokenBatchDataset
@@ -1128,7 +1119,7 @@ def test_a_complete_batches_folder_is_reused_without_its_shuffle_files(sample_in
 
 def test_no_megatron_dataset_for_a_split_without_documents(sample_input, tmp_path):
     """validation_fraction 0: no validation batch file, an empty reader split, and no Megatron
-    validation dataset (before: an empty .bin, which Megatron cannot memory-map)."""
+    validation dataset."""
     from llm_assets.reader import TokenBatchDataset
 
     result = materialize(

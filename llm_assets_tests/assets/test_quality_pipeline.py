@@ -172,11 +172,10 @@ def test_dedup_and_filters_identical_on_every_backend(generated_run, tmp_path, b
 
 def test_dedup_history_is_per_upstream_config_too(tmp_path):
     """Which copy of a duplicate is kept does not depend on the configs run before: ``a`` (words
-    separated by bullets, rejected by the quality rules under the default preset) becomes an
-    exact copy of ``b`` under ``ascii_lower``, which strips the bullets. A fresh warehouse
-    running ``ascii_lower`` keeps ``a`` (first in stable order); one that ran the default preset
-    first must keep ``a`` too (before: the dedup history was per filter config only, so ``b``,
-    seen in the default run, counted as first seen and ``a`` was dropped)."""
+    separated by bullets, rejected by the quality rules under the default preset) becomes an exact
+    copy of ``b`` under ``ascii_lower``, which strips the bullets. A fresh warehouse running
+    ``ascii_lower`` keeps ``a`` (first in stable order); one that ran the default preset first must
+    keep ``a`` too."""
     record = next(r for r in generate_records(50, seed=3) if len(r["text"].split()) > 100)
     words = [w for w in record["text"].split() if w.isalpha()]  # no lone punctuation
     (tmp_path / "input").mkdir()

@@ -46,9 +46,8 @@ def test_results_in_task_order_with_progress_callback(name, request):
 
 @pytest.mark.parametrize("name", ["multiprocess", pytest.param("ray", marks=pytest.mark.slow)])
 def test_a_long_task_is_reported_while_it_runs(name, request):
-    """With no task finished for heartbeat_s, the backend logs which shards still run and for
-    how long (before: nothing between 'computing N shard(s)' and the end of a shard that takes
-    minutes, such as the ingest of one big compressed file)."""
+    """With no task finished for heartbeat_s, the backend logs which shards still run and for how
+    long."""
 
     class Log:
         def __init__(self) -> None:
@@ -297,9 +296,7 @@ def test_driving_the_stages_without_dagster_does_not_import_it():
 
 def test_auto_reads_the_results_in_the_runs_own_warehouse(tmp_path, monkeypatch):
     """With a warehouse root other than ``data/warehouse``, backend ``auto`` reads the benchmark
-    results where ``benchmark_report`` wrote them: that warehouse's catalog (before: always
-    ``data/warehouse/catalog.duckdb``, so it found none, ran in-process and told the user to
-    materialize the report they had just materialized)."""
+    results where ``benchmark_report`` wrote them: that warehouse's catalog."""
     import shutil
 
     import dagster as dg

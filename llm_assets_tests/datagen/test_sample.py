@@ -83,8 +83,7 @@ def test_ingest_rejects_exactly_the_planted_lines():
         values.update(zip(lines.to_pylist(), result.rejects["value"].to_pylist(), strict=True))
     assert rejected == {p.line: p.reason for p in PLANTED_LINES if p.reason}
     assert kept == SAMPLE_WIKI_LINES - len(rejected)
-    # data/README.md's table says what each planted line gives, reject values included (before:
-    # line 777's value was given as the old "absent", and line 2222 as a length-filter reject).
+    # data/README.md's table says what each planted line gives, reject values included.
     readme = (REPO / "data" / "README.md").read_text(encoding="utf-8")
     rows = {int(m[1]): m[2] for m in re.finditer(r"^\| (\d+) \|.*\| (.*) \|$", readme, re.M)}
     for line, reason in rejected.items():

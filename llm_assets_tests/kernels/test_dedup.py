@@ -315,8 +315,7 @@ def test_only_exact_or_only_near(tmp_path):
 
 def test_sft_rows_are_duplicates_only_when_the_prompt_matches_too():
     """Equal answers to different prompts are not duplicates; equal prompts and answers are,
-    whatever other fields the records hold (before, the whole metadata was hashed, so an ``id``
-    field made every row unique)."""
+    whatever other fields the records hold."""
     table = _table(["positive", "positive", "positive", "positive"]).append_column(
         "metadata",
         pa.array(

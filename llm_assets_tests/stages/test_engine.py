@@ -11,10 +11,9 @@ from llm_assets.stages.tokenized_documents import run_tokenized_documents
 
 
 def test_a_step_refuses_an_upstream_another_run_replaced_with_another_config(tmp_path):
-    """Runs take turns per step, not per run: run A normalizes with the default preset, run B
-    then normalizes with ``ascii_lower`` (now the current output), and A's tokenize step fails
-    saying so (before: it tokenized B's ascii_lower text as A's, every check passing). B goes
-    on; a run that did not materialize the upstream itself is not held to it."""
+    """Runs take turns per step, not per run: run A normalizes with the default preset, run B then
+    normalizes with ``ascii_lower`` (now the current output), and A's tokenize step fails saying so.
+    B goes on; a run that did not materialize the upstream itself is not held to it."""
     import logging
 
     from llm_assets.compute.in_process import InProcessBackend

@@ -102,9 +102,8 @@ def _own(tmp_path: Path) -> Path:
 
 
 def test_a_stage_reads_wide_rows_in_batches_bounded_by_bytes(tmp_path, monkeypatch):
-    """A shard of large documents is read in batches of at most BATCH_BYTES (before: 8,192 rows
-    whatever their size, so every stage after raw_documents held a shard of 1,000 one-MB
-    documents at once: 1.6 GB just to read it). Rows of a few KiB still come 8,192 at a time."""
+    """A shard of large documents is read in batches of at most BATCH_BYTES. Rows of a few KiB still
+    come 8,192 at a time."""
     from llm_assets.stages import map_stage
 
     monkeypatch.setattr(map_stage, "BATCH_BYTES", 64 * 1024)

@@ -144,9 +144,8 @@ def test_locked_catalog_waits_then_fails_with_a_clear_message(tmp_path):
 
 @pytest.mark.parametrize("damage", ["garbage", "empty", "folder"])
 def test_a_damaged_catalog_is_reported_as_such_at_once(tmp_path, damage):
-    """A catalog DuckDB cannot open (not a database, an empty file, a folder) fails at once,
-    saying so and what to do (before: "in use by another process (waited 120 s)" after no wait
-    at all, sending the user looking for a process that does not exist)."""
+    """A catalog DuckDB cannot open (not a database, an empty file, a folder) fails at once, saying
+    so and what to do."""
     path = tmp_path / "catalog.duckdb"
     if damage == "folder":
         path.mkdir()
@@ -162,7 +161,7 @@ def test_a_damaged_catalog_is_reported_as_such_at_once(tmp_path, damage):
 
 
 def test_a_warehouse_root_that_is_a_file_is_named_as_such(tmp_path):
-    """(Before: a bare ``FileExistsError: [Errno 17] File exists`` from the catalog's mkdir.)"""
+    """A warehouse root that is a file is named as such, not a bare ``FileExistsError``."""
     (tmp_path / "warehouse").write_text("not a folder\n")
     with (
         pytest.raises(NotADirectoryError, match=r"warehouse root .*warehouse is a file, not a"),

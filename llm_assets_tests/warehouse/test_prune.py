@@ -269,9 +269,8 @@ def _current_files(ctx: StageContext) -> set[Path]:
 
 
 def test_asset_folders_moved_to_another_disk_behind_links_keep_their_current_outputs(grown):
-    """tokenized_documents and training_batches moved elsewhere and linked back (a full disk):
-    their current folders are kept (before: removed as 'no current ... is in it', the current
-    batches folder with them)."""
+    """tokenized_documents and training_batches moved elsewhere and linked back (a full disk): their
+    current folders are kept."""
     ctx, *_ = grown
     root = ctx.warehouse_root
     elsewhere = root.parent / "other-disk"
@@ -285,9 +284,8 @@ def test_asset_folders_moved_to_another_disk_behind_links_keep_their_current_out
 
 
 def test_a_catalog_written_through_another_path_is_refused_removing_nothing(grown, tmp_path):
-    """A copy of the warehouse (or a bind mount, a container volume): its catalog names files
-    under the other path, so none of this root's files would match a current one. Refused
-    (before: every current shard file was removed)."""
+    """A copy of the warehouse (or a bind mount, a container volume): its catalog names files under
+    the other path, so none of this root's files would match a current one. Refused."""
     ctx, *_ = grown
     copy = tmp_path / "copy"
     shutil.copytree(ctx.warehouse_root, copy, symlinks=True)
@@ -299,9 +297,8 @@ def test_a_catalog_written_through_another_path_is_refused_removing_nothing(grow
 
 
 def test_a_warehouse_without_its_catalog_is_refused_even_with_a_catalog_given(grown):
-    """The catalog moved away (as the unreadable-catalog message advises): the job's catalog
-    object would create an empty one, and every shard would look unneeded. Refused (before:
-    the job removed every stage folder)."""
+    """The catalog moved away (as the unreadable-catalog message advises): the job's catalog object
+    would create an empty one, and every shard would look unneeded. Refused."""
     ctx, *_ = grown
     (ctx.warehouse_root / "catalog.duckdb").rename(ctx.warehouse_root.parent / "moved.duckdb")
     with pytest.raises(FileNotFoundError, match=r"has no catalog\.duckdb"):
@@ -331,8 +328,7 @@ class _KilledAfter(InProcessBackend):
 
 def test_the_progress_of_a_run_that_did_not_finish_is_kept_for_its_retry(grown):
     """A run with a new config fails after 3 shards (its error says they are kept and reused);
-    pruning to free space keeps them (before: removed with their folder, as no current output
-    is in it), and the retry computes only the rest."""
+    pruning to free space keeps them, and the retry computes only the rest."""
     ctx, *_ = grown
     failing = StageContext(
         warehouse_root=ctx.warehouse_root,
@@ -366,9 +362,8 @@ def test_files_and_folders_that_are_not_the_pipelines_are_left_alone(grown):
 
 def test_the_scatter_of_the_current_batches_is_kept_not_the_newest(tmp_path, caplog):
     """Seeds 0, 1, then 0 again (its complete folder reused, its scatter untouched): prune keeps
-    seed 0's scatter folders, which the current batches were made from, so adding a file
-    scatters only that file's shard (before: seed 1's were kept as the newest, and every shard
-    was scattered again)."""
+    seed 0's scatter folders, which the current batches were made from, so adding a file scatters
+    only that file's shard."""
     inputs = tmp_path / "in"
     shutil.copytree(SAMPLE_DIR, inputs, ignore=shutil.ignore_patterns("notes.txt"))
     ctx = _ctx(tmp_path / "wh")

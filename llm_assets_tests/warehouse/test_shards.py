@@ -64,10 +64,9 @@ def test_commit_renames_into_place_with_footer_and_checksum(tmp_path):
 
 
 def test_a_tables_own_bookkeeping_keys_are_not_stored_as_this_files(tmp_path):
-    """A table read from the stage before brings that shard's keys in its schema (input
-    fingerprint, row counts); they are not written into this file's Arrow schema (before:
-    ``pq.read_schema`` showed the input shard's ``rows_rejected`` and fingerprint as this
-    file's). Other schema metadata is kept."""
+    """A table read from the stage before brings that shard's keys in its schema (input fingerprint,
+    row counts); they are not written into this file's Arrow schema. Other schema metadata is
+    kept."""
     upstream = SCHEMA.with_metadata(
         {INPUT_FINGERPRINT: "the input's", "llm_assets.rows_rejected": "0", "other": "kept"}
     )
@@ -103,8 +102,7 @@ def test_error_inside_block_leaves_nothing(tmp_path):
 
 def test_leftover_temporaries_of_a_killed_run_are_removed(tmp_path):
     """Files and (scatter) folders named by temporary_path go; a finished shard whose name holds
-    ``.tmp-`` (from an input file such as ``export.tmp-2024.jsonl``) stays (before: any name
-    holding the marker was deleted, so such a shard was removed right after it was written)."""
+    ``.tmp-`` (from an input file such as ``export.tmp-2024.jsonl``) stays."""
     (tmp_path / "rejects").mkdir()
     temporary_path(tmp_path / "part-a.parquet").write_bytes(b"half")
     temporary_path(tmp_path / "rejects" / "part-a.parquet").write_bytes(b"half")

@@ -15,10 +15,9 @@ from llm_assets.assets.reporting.markdown import (
 
 
 def test_metadata_tables_show_text_literally():
-    """The sample and reject tables show a value as it is: PII placeholders and HTML tags are
-    not swallowed as markup, Markdown emphasis and pipes are escaped, and a long list keeps its
-    whole length (before: "Contact me at  or call ", *stars* in italics, and a 1,024-id list cut
-    to "(10…")."""
+    """The sample and reject tables show a value as it is: PII placeholders and HTML tags are not
+    swallowed as markup, Markdown emphasis and pipes are escaped, and a long list keeps its whole
+    length."""
 
     assert _cell("mail <EMAIL> or <b>x</b> *s* __u__ a|b") == (
         "mail &lt;EMAIL&gt; or &lt;b&gt;x&lt;/b&gt; \\*s\\* \\_\\_u\\_\\_ a\\|b"

@@ -11,10 +11,10 @@ from llm_assets.warehouse.layout import DEDUP_MEMO
 
 
 def test_an_unchanged_rerun_reuses_the_dedup_decisions_and_a_change_decides_again(tmp_path, caplog):
-    """The global dedup step's outcome depends on the annotated shards, the settings, the scope
-    and its history: a re-run with all four unchanged reuses it (before: DuckDB decided again on
-    every run, 3 s and ~0.8 GB at 500K rows); a new input file, a history changed by hand or a
-    damaged decisions file make it decide again, with the same outcome a fresh step gives."""
+    """The global dedup step's outcome depends on the annotated shards, the settings, the scope and
+    its history: a re-run with all four unchanged reuses it; a new input file, a history changed by
+    hand or a damaged decisions file make it decide again, with the same outcome a fresh step
+    gives."""
     import json
     import logging
     import shutil

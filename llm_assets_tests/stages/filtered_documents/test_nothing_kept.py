@@ -14,11 +14,10 @@ from llm_assets.stages.training_batches.driver import run_training_batches
 
 
 def test_a_stage_that_keeps_no_document_fails_naming_the_reasons_and_the_setting(tmp_path):
-    """Every document rejected by a stage after ingest (the filters, or a prompt template that
-    names fields the rows lack): the stage fails after recording its shards and rejects, naming
-    the reasons, the setting to look at and the SQL (before: the run succeeded and wrote a
-    batches folder of no file, which the reader then refused). training_batches materialized
-    on its own after that refuses the empty upstream; the reader refuses an empty folder."""
+    """Every document rejected by a stage after ingest (the filters, or a prompt template that names
+    fields the rows lack): the stage fails after recording its shards and rejects, naming the
+    reasons, the setting to look at and the SQL. training_batches materialized on its own after that
+    refuses the empty upstream; the reader refuses an empty folder."""
     import json as json_module
     import logging
 

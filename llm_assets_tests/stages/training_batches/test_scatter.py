@@ -133,10 +133,9 @@ def test_scatter_pieces_are_the_ipc_files_batches_and_a_short_file_is_an_error(t
 
 
 def test_a_large_shard_is_scattered_chunk_by_chunk_with_the_same_buckets(tmp_path, monkeypatch):
-    """A shard over ``SCATTER_CHUNK_BYTES`` is scattered a few row groups at a time (before: read
-    whole, so one big input file, one shard at every stage, took a worker to 931 MB). Every
-    (split, bucket) then has a batch per chunk, and holds the same documents, with the same
-    manifest counts and length histogram, as a scatter of the whole shard."""
+    """A shard over ``SCATTER_CHUNK_BYTES`` is scattered a few row groups at a time. Every (split,
+    bucket) then has a batch per chunk, and holds the same documents, with the same manifest counts
+    and length histogram, as a scatter of the whole shard."""
     from llm_assets.stages.training_batches import scatter
 
     docs = {f"doc-{i:05d}": list(range(i % 9 + 1)) for i in range(900)}
