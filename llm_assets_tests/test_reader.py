@@ -314,8 +314,8 @@ def test_a_list_of_files_of_two_states_is_refused_with_their_paths(batches, tmp_
 
 def test_a_folder_without_its_completion_marker_is_refused(batches):
     """What a run stopped mid-gather leaves: some of the folder's batch files and no marker (it is
-    written last). Before: read without a word, as if it were the whole set (53 validation rows
-    of 105). Refused by every way of reading a folder, saying what happened and what to do;
+    written last), which would read as if it were the whole set (53 validation rows of 105).
+    Refused by every way of reading a folder, saying what happened and what to do;
     the same files passed explicitly are read as given."""
     (batches / COMPLETE_MARKER).unlink()
     (batches / "part-train-00002.parquet").unlink()

@@ -54,10 +54,9 @@ def _folder_bytes(folder: Path) -> dict[str, bytes]:
 def test_a_folder_a_gather_stopped_in_is_refused_until_a_run_completes_it(
     sample_input, tmp_path, two_buckets, monkeypatch
 ):
-    """Before: a run killed in the gather left 3 of the folder's 4 batch files and the reader
-    read them without a word (53 validation rows of 105). Now the folder has no marker until
-    the run that completes it: the reader refuses it, and the next run writes the missing file
-    and the marker, byte for byte the first run's."""
+    """A run killed in the gather leaves 3 of the folder's 4 batch files (53 validation rows of
+    105) and no marker: the folder has none until the run that completes it, so the reader refuses
+    it, and the next run writes the missing file and the marker, byte for byte the first run's."""
     root = tmp_path / "wh"
     batches = {"megatron": True}
     first = materialize(sample_input, root, training_batches=batches)

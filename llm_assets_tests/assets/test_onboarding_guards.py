@@ -1,4 +1,4 @@
-"""Mistakes a first-time user makes that used to pass silently, each through real
+"""Mistakes a first-time user makes, each caught and named, through real
 materializations on small data: a ``text_field`` that matches no record (every row rejected, the
 run green, zero training steps), an input folder of empty files, one file of another layout
 among good ones, labels with the ``packed`` layout (labels dropped), a ``seq_len`` that cuts

@@ -517,8 +517,7 @@ def _bad_settings(tmp_path: Path) -> dict[str, tuple[dict, list[str]]]:
             {FILTERED_DOCUMENTS: {"flagged_words": {"path": missing}}},
             ["filtered_documents", "flagged_words.path", missing, "not found"],
         ),
-        # Before: accepted, then a silent fallback to derived bounds, a late MemoryError, and a
-        # level the writer clamps.
+        # Refused at once rather than a silent fallback to derived bounds.
         "bucket_boundaries_empty": (
             {TRAINING_BATCHES: {"layout": "bucketed", "bucket_boundaries": []}},
             ["training_batches", "bucket_boundaries", "at least one bound"],
@@ -729,10 +728,8 @@ def test_each_upstream_state_has_its_own_batches_folder_and_going_back_reuses_it
     """Default config, then ascii_lower upstream (more tokens: one more shuffle bucket, so more
     batch files), then the default again on the same warehouse. Each time the folder the
     metadata names holds exactly the current batch files, and the reader over it returns exactly
-    the sequences the catalog and the metadata count. Before: one folder per batches config, so
-    the third run overwrote two files in place and left the ascii_lower run's third bucket beside
-    them (the reader returned its sequences too), and it recomputed everything, scatter
-    included, because the second run had overwritten the files and their catalog rows."""
+    the sequences the catalog and the metadata count: no batch file of another run's config is
+    in it, and the third run reuses the first run's work, scatter included."""
     # The sample is under one 8 MB shuffle bucket; a smaller target lets the bucket count follow
     # the data here as it does at scale: 2 buckets for the default, 3 for ascii_lower.
     monkeypatch.setattr(batches_driver, "SHUFFLE_BUCKET_BYTES", 400_000)
@@ -969,9 +966,9 @@ def _tokenizer_without_eos(folder: Path) -> Path:
 def test_a_tokenizer_without_eos_works_where_none_is_needed_and_fails_clearly_elsewhere(
     sample_input, tmp_path
 ):
-    """Before, training_batches failed after the shuffle with ``invalid literal for int()``
-    whatever the layout. Padded batches need no EOS and are written; the packed layout and the
-    Megatron export need one: they fail before any batching work, saying why and what to do."""
+    """A tokenizer with no EOS token: padded batches need none and are written; the packed
+    layout and the Megatron export need one: they fail before any batching work, saying why and
+    what to do."""
     path = _tokenizer_without_eos(tmp_path / "tok")
     tokenizer = {"tokenizer": str(path)}
     padded = materialize(
@@ -995,8 +992,8 @@ def test_a_tokenizer_without_eos_works_where_none_is_needed_and_fails_clearly_el
 
 
 def test_a_deleted_megatron_bin_is_written_again(sample_input, tmp_path):
-    """Before, only the sidecar and the .idx were checked: a run after the .bin was deleted
-    wrote nothing and left the export without its data."""
+    """The Megatron export checks its .bin too, not only the sidecar and the .idx: a run after
+    the .bin was deleted writes it again, the same bytes."""
     sample, root = sample_input, tmp_path / "wh"
     first = materialize(sample, root, training_batches={"megatron": True})
     assert first.success
@@ -1091,8 +1088,8 @@ def test_preformed_batches_read_back_whole_on_every_rank(sample_input, tmp_path,
 
 def test_a_complete_batches_folder_is_reused_without_its_shuffle_files(sample_input, tmp_path):
     """``_scatter/`` is safe to delete: a re-run of a complete folder reuses it as it is, with
-    its metadata (histogram, Megatron prefixes) from the catalog. Before, it scattered the whole
-    corpus again first. A batch file deleted too makes the run shuffle and write it again."""
+    its metadata (histogram, Megatron prefixes) from the catalog, without scattering the
+    corpus again. A batch file deleted too makes the run shuffle and write it again."""
     root = tmp_path / "wh"
     batches = {"megatron": True}
     first = materialize(sample_input, root, training_batches=batches)
@@ -1137,10 +1134,9 @@ def test_no_megatron_dataset_for_a_split_without_documents(sample_input, tmp_pat
 
 
 def test_a_deleted_rejects_file_is_written_again_and_breaks_no_run(sample_input, tmp_path):
-    """A rejects file deleted by hand: before, every later run failed at its first step (each
-    stage rebuilds the all-stages ``rejects`` view, which read the missing file), and the stage
-    reused the shard without rewriting its rejects. Now the other stages' records leave that
-    asset out of the view with a warning, and its stage computes the shard again."""
+    """A rejects file deleted by hand breaks no later run: the other stages' records leave that
+    asset out of the all-stages ``rejects`` view with a warning (the view would read the missing
+    file), and its stage computes the shard again, rejects included."""
     root = tmp_path / "wh"
     assert materialize(sample_input, root).success
     catalog = WarehouseResource(root=str(root)).catalog()
@@ -1173,12 +1169,10 @@ def _gpt2_tokenizer_folder(folder: Path) -> Path:
 def test_the_readmes_bare_tokenizer_json_fails_the_first_step_saying_to_use_its_folder(
     sample_input, tmp_path
 ):
-    """Before, the README's own example (``tokenizer: /models/my-tokenizer/tokenizer.json``
-    with the default packed layout) tokenized and filtered everything and failed at the last
-    step, training_batches, with "has no EOS token": a bare tokenizer.json names no EOS. Now the
-    first step fails before any work, saying to point at the folder (whose
-    tokenizer_config.json names it); the folder passes, and so does a layout that needs no
-    EOS."""
+    """A bare tokenizer.json (``tokenizer: /models/my-tokenizer/tokenizer.json``) names no EOS,
+    which the default packed layout needs: the first step fails before any work, saying to point
+    at the folder (whose tokenizer_config.json names it); the folder passes, and so does a layout
+    that needs no EOS."""
     folder = _gpt2_tokenizer_folder(tmp_path / "my-tokenizer")
     bare = {"tokenizer": str(folder / "tokenizer.json")}
     result = materialize(
@@ -1226,10 +1220,9 @@ def test_a_run_without_training_batches_is_not_held_to_its_eos_need(sample_input
 
 
 def test_a_file_that_is_not_a_tokenizer_fails_the_config_check_naming_it(tmp_path):
-    """Before, the config check only looked the path up on disk: a tokenizer.json that is not a
-    tokenizer, or a folder holding only a tokenizer_config.json, passed, and the run failed at
-    tokenized_documents with transformers' raw message ("expected `,` or `}` at line 1 column
-    5", or its sentencepiece one), naming neither the file nor the setting."""
+    """The config check loads the tokenizer: a tokenizer.json that is not a tokenizer, or a folder
+    holding only a tokenizer_config.json, fails it naming the file and the setting, not later
+    with transformers' raw message ("expected `,` or `}` at line 1 column 5")."""
     not_json = tmp_path / "bad" / "tokenizer.json"
     not_json.parent.mkdir()
     not_json.write_text('{"a":1}')

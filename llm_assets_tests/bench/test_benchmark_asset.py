@@ -119,7 +119,7 @@ def test_a_failure_midway_keeps_what_was_measured_and_fails_the_run(tmp_path):
     [
         ({"backends": [], "include_reference": False}, "nothing to measure"),
         ({"workers": -1}, "workers must be >= 0"),
-        # Before, refused only by each run's own process, after its corpus was generated.
+        # Refused by the plan, before any corpus is generated.
         ({"workers": TOO_MANY_WORKERS}, f"workers {TOO_MANY_WORKERS} is more than"),
     ],
 )

@@ -43,8 +43,8 @@ def _compare_study() -> ModuleType:
     ],
 )
 def test_a_bad_argument_is_a_one_line_usage_error(tmp_path, capsys, args, message):
-    """Before, --sizes abc, --reference-max-rows ray, --sizes 0 and --backends foo ended in a
-    Python traceback (int() or the plan raising), and --sizes 10**11 started writing ~55 TB."""
+    """--sizes abc, --reference-max-rows ray, --sizes 0, --backends foo and --sizes 10**11 are
+    usage errors (exit code 2) with a message, not a traceback or a ~55 TB corpus."""
     script = _compare_study()
     data, out = tmp_path / "data", tmp_path / "out"
     with pytest.raises(SystemExit) as exit_info:
@@ -58,8 +58,8 @@ def test_a_bad_argument_is_a_one_line_usage_error(tmp_path, capsys, args, messag
 
 
 def test_no_ceiling_prints_no_empty_ceiling_tables(tmp_path, capsys):
-    """Before, --no-ceiling still printed the ceiling and "where the time goes" tables, with a
-    header and no rows (or a row of dashes)."""
+    """--no-ceiling prints neither the ceiling nor the "where the time goes" table, not even an
+    empty header."""
     script = _compare_study()
     args = [*TINY, "--data-dir", str(tmp_path / "data"), "--out", str(tmp_path / "out")]
     assert script.main(args) == 0

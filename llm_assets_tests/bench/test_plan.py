@@ -32,8 +32,8 @@ def _files(folder: Path) -> list[Path]:
 
 
 def test_a_backend_or_size_named_twice_runs_once(tmp_path):
-    """Before, a backend named twice was measured twice at every size, both runs filed as
-    repetition 1 (sizes named twice were only de-duplicated by the asset and the CLI)."""
+    """A backend or a size named twice is measured once: the plan de-duplicates them, not only
+    the asset and the CLI."""
     plan = BenchmarkPlan(
         sizes=(200, 200),
         backends=("in_process", "in_process"),
@@ -60,9 +60,8 @@ def test_a_backend_or_size_named_twice_runs_once(tmp_path):
     ids=["ours", "study-only"],
 )
 def test_workers_beyond_the_limit_are_refused_when_the_plan_is_made(backends, reference_runners):
-    """Before, the plan took any workers: ours were refused only from each run's own process,
-    after the corpus was generated, and the study's runners not at all (the multiprocessing
-    runner started that many processes)."""
+    """The plan refuses more workers than the machine has, for our backends and the study's
+    runners alike, before any corpus is generated."""
     with pytest.raises(ValueError, match=f"workers {TOO_MANY_WORKERS} is more than"):
         BenchmarkPlan(
             sizes=(200,),
@@ -76,10 +75,9 @@ def test_workers_beyond_the_limit_are_refused_when_the_plan_is_made(backends, re
 
 
 def test_corpora_too_large_for_the_disk_are_refused_before_any_is_written(tmp_path):
-    """Before, sizes had no bound: [10**11] started writing a ~55 TB corpus. Now the corpus is
-    refused with what it needs and what is free, and a plan's run refuses before it generates
-    even its small corpora."""
-    from llm_assets.bench.runner import DiskSpaceError  # new with the fix: fails fast before it
+    """A size the disk cannot hold ([10**11]: a ~55 TB corpus) is refused with what it
+    needs and what is free, and a plan's run refuses before it generates even its small corpora."""
+    from llm_assets.bench.runner import DiskSpaceError
 
     data = tmp_path / "data"
     with pytest.raises(DiskSpaceError, match=r"100,000,000,000 rows need about 55,000\.0 GB"):
@@ -93,8 +91,8 @@ def test_corpora_too_large_for_the_disk_are_refused_before_any_is_written(tmp_pa
 
 
 def test_an_interrupted_corpus_generation_leaves_no_temporary_file(tmp_path):
-    """Before, Ctrl-C (or a run's termination) during ensure_corpus left its hidden
-    ``.tmp<pid>-corpus.jsonl`` behind for good, as large as what was written."""
+    """Ctrl-C (or a run's termination) during ensure_corpus removes its hidden
+    ``.tmp<pid>-corpus.jsonl``, which would be as large as what was written."""
     size = 3_000_000  # ~1.5 GB if it ran to the end: it is interrupted within a second or two
     code = (
         "from llm_assets.bench.runner import ensure_corpus; "

@@ -66,8 +66,8 @@ def test_multiprocessing_output_equals_single(tiny_input, tmp_path):
 
 
 def test_multiprocessing_start_up_waits_for_every_workers_tokenizer(tiny_input, tmp_path):
-    """Before, the start-up time was taken when ``Pool()`` returned, before the initializers had
-    loaded a single tokenizer: ~0.02 s reported for a second or more. It must be at least what
+    """The start-up time includes the initializers loading the tokenizer, not only ``Pool()``
+    returning (~0.02 s for a second or more). It must be at least what
     one spawned process takes to load the tokenizer (half of it here: two workers on busy cores
     only take longer)."""
     import multiprocessing

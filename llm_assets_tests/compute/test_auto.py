@@ -144,9 +144,8 @@ def _falls_back_in_process(catalog: Catalog | Path, log: Log | None = None) -> s
 
 
 def test_a_size_where_one_backend_was_measured_has_no_winner(tmp_path):
-    """Before, the only backend measured at a size was its winner: after a run of Ray alone at
-    1,000 rows (whose own report says "no recommendation") auto sent every stage to Ray, and a
-    1M-row Ray-only figure took every stage above ~450K rows away from the measured winner."""
+    """A size where only one backend was measured has no winner: a run of Ray alone at 1,000 rows
+    (whose own report says "no recommendation") sends no stage to Ray, and auto says why."""
     catalog = Catalog(tmp_path / "catalog.duckdb")
     record_results(catalog, "ray-only", [_result(1_000, "ray", 3.1)], machine=MACHINE)
     assert read_winners(catalog.path) == {}
@@ -167,9 +166,8 @@ def test_a_size_where_one_backend_was_measured_has_no_winner(tmp_path):
 
 
 def test_results_of_a_machine_with_another_core_count_are_not_used(tmp_path):
-    """Before, results recorded on a 64-core machine chose this machine's backend: auto read
-    every row of benchmark_results whatever machine_cores said, and logged nothing of where its
-    figures came from."""
+    """Results recorded on a machine with another core count (64 cores) do not choose this
+    machine's backend, and auto logs where its figures come from."""
     catalog = Catalog(tmp_path / "catalog.duckdb")
     big = [_result(1_000, "in_process", 0.7), _result(1_000, "multiprocess", 0.4)]
     record_results(catalog, "bigbox", big, machine=OTHER_MACHINE, commit="0000old")

@@ -220,9 +220,9 @@ def ray_is_initialized() -> bool:
 
 
 def test_a_shard_that_times_out_is_retried_and_attempts_are_counted(tmp_path):
-    """Before, a Ray shard over ``task_timeout_s`` failed the run at once (the README and the
-    setting promise retries, as multiprocess gives), and a shard that raised in the driver while
-    Ray started got max_attempts more in Ray (4 runs reported as "3 attempts")."""
+    """A Ray shard over ``task_timeout_s`` is retried, as multiprocess retries it (the setting
+    promises it), and a shard that raised in the driver while Ray started counts those attempts:
+    max_attempts in all, not max_attempts more in Ray."""
     backend = RayBackend(num_cpus=2, task_timeout_s=3.0, max_attempts=2, work_while_starting=False)
     try:
         slow_once = ProbeTask("slow-once", 2, str(tmp_path), fail_times=1, mode="hang")
@@ -247,8 +247,8 @@ def test_a_shard_that_times_out_is_retried_and_attempts_are_counted(tmp_path):
 
 
 def test_a_ray_address_with_no_cluster_behind_it_fails_in_seconds():
-    """Before, ``ray.init`` waited ~14 minutes for a port where nothing listens, or where another
-    kind of server does, and the run hung."""
+    """A port where nothing listens, or where another kind of server does, fails in seconds
+    (``ray.init`` alone waits ~14 minutes)."""
     import http.server
     import socket
     import threading
@@ -278,8 +278,8 @@ def test_a_ray_address_with_no_cluster_behind_it_fails_in_seconds():
 
 
 def test_a_cluster_without_cpus_is_refused_naming_it():
-    """Before, the run waited for ever (or ``task_timeout_s``, then "timed out" for a task that
-    never started), Ray's autoscaler repeating that no node could fulfil {'CPU': 1}."""
+    """A cluster with no CPU is refused naming it, rather than waiting for ever while Ray's
+    autoscaler repeats that no node can fulfil {'CPU': 1}."""
     from ray.cluster_utils import Cluster
 
     from llm_assets.compute.ray_cluster import RayClusterError
@@ -358,8 +358,8 @@ def _ray_start_cluster(env: dict[str, str], cwd: str) -> Iterator[tuple[str, str
 
 
 def test_a_node_running_other_llm_assets_code_computes_nothing_and_is_named(tmp_path, monkeypatch):
-    """Before, a node whose llm_assets was not upgraded ran the shards with its own code, and
-    the driver recorded them under its code version: wrong data, reused by every later run. The
+    """A node whose llm_assets was not upgraded computes nothing and is named: its shards, run
+    with its own code, would be recorded under the driver's code version and reused. The
     node here sees an edited copy whose ray_shard_call is an older release's (no check of its own):
     the check travels with the driver's task."""
     import llm_assets
@@ -428,9 +428,9 @@ print(f"closed in {time.monotonic() - began:.1f} s", flush=True)
 
 
 def test_a_cluster_that_stops_mid_run_fails_the_run_in_seconds_naming_it(tmp_path):
-    """Before, the driver waited for its shards while Ray tried to reconnect for 60 s at full
-    CPU, then Ray ended the process: no step or run failure recorded, the backend not closed
-    (or the next stage died in ``ray.cluster_resources()``). Run in a process of its own, which
+    """A cluster that stops mid-run fails the run in seconds naming it, the step failure
+    recorded and the backend closed, rather than Ray reconnecting for 60 s at full CPU and then
+    ending the process. Run in a process of its own, which
     that abort would end, not this one."""
     env = {"RAY_AUTH_MODE": "disabled"}
     with _ray_start_cluster(env, cwd=str(tmp_path)) as (address, marks):
@@ -458,7 +458,8 @@ def test_a_cluster_that_stops_mid_run_fails_the_run_in_seconds_naming_it(tmp_pat
 
 
 def test_a_cluster_with_token_authentication_says_to_set_ray_auth_mode(tmp_path, monkeypatch):
-    """Before: ~20 s of Ray's InvalidAuthToken warnings, then a bare ConnectionError."""
+    """Said at once, not after ~20 s of Ray's InvalidAuthToken warnings and a bare
+    ConnectionError."""
     from llm_assets.compute.ray_cluster import RayClusterError
 
     monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
@@ -486,8 +487,8 @@ class _Log:
 def test_failed_attempts_are_logged_and_a_final_ray_error_is_not_called_retried(
     tmp_path, monkeypatch
 ):
-    """Before, Ray retried a shard that raised or whose worker died without a word, and a Ray
-    error it never retries (the driver's raylet died) was reported "after max_attempts
+    """Each failed attempt of a shard that raised or whose worker died is logged, and a Ray
+    error that is never retried (the driver's raylet died) is not reported "after max_attempts
     attempt(s)"."""
     import ray
 

@@ -12,7 +12,7 @@ from llm_assets.compute.ray_cluster import RayClusterError, probe_cluster_addres
 def test_with_ray_tls_only_the_connection_is_checked(monkeypatch):
     """A TLS cluster answers the cleartext HTTP/2 preface with nothing: with RAY_USE_TLS the
     check stops at the connection (a refused one still fails at once), as Ray's TLS client then
-    handshakes itself. Before, such a cluster was refused as "not a Ray cluster"."""
+    handshakes itself: such a cluster is not refused as "not a Ray cluster"."""
     monkeypatch.setenv("RAY_USE_TLS", "1")
     with socket.socket() as silent:  # listens, never speaks: what the probe sees of TLS
         silent.bind(("127.0.0.1", 0))

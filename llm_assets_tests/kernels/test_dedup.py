@@ -237,8 +237,8 @@ def _bridge(rng: random.Random) -> tuple[str, str, str]:
 def test_a_document_added_later_never_drops_one_kept_before(tmp_path):
     """K1 and K2 are below the threshold with each other, so the first run keeps both; the
     second run adds N, above the threshold with each. N is dropped, into K1's cluster; K2 stays
-    kept. Before, connected components joined all three through N and dropped K2 too, so adding
-    a file changed earlier output (its jaccard 0.86 was with N, itself a drop)."""
+    kept: connected components would join all three through N and drop K2 too, so adding a file
+    would change earlier output (K2's jaccard 0.86 is with N, itself a drop)."""
     k1, k2, n = _bridge(random.Random(5))
     spec = NearDedupSpec(threshold=0.8)
     signatures = minhash_signatures(pa.array([k1, k2, n]), spec)
@@ -275,8 +275,8 @@ def test_an_exact_copy_of_a_near_duplicate_names_its_cluster(tmp_path):
 def test_each_scope_has_its_own_history(tmp_path):
     """The history of first sightings is per scope (the filter config's fingerprint): a config
     that first saw ``b.jsonl`` alone keeps b's copy, while another config, run later in the same
-    catalog on both files, decides as a clean run would (by location: ``a.jsonl`` first). Before,
-    one history served every config, so an output depended on which configs ran before it."""
+    catalog on both files, decides as a clean run would (by location: ``a.jsonl`` first). Each
+    config keeps a history of its own, so an output does not depend on which configs ran first."""
     rng = random.Random(13)
     docs = [" ".join(_doc(rng)) for _ in range(20)]
     con = duckdb.connect(str(tmp_path / "c.duckdb"))
