@@ -24,7 +24,7 @@ SERIAL_FILES = (
     "test_faults.py",
     "orchestration/test_runs.py",
     "assets/test_cli.py",
-    "assets/test_cli_output.py",
+    "orchestration/test_cli_output.py",
     "kernels/filters/test_plugin.py",
     "test_ui_browser.py",
     "bench/test_benchmark_asset.py",

@@ -84,3 +84,11 @@ def test_the_runtime_holds_neither_torch_nor_test_tools_and_the_reader_needs_non
     # torch blocked as if not installed: the reader still imports.
     code = "import sys; sys.modules['torch'] = None; import llm_assets.reader"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
+
+
+def test_every_serial_test_file_exists():
+    """The files kept on one xdist worker are named by path: a moved file would silently run
+    beside the others and compete for the cores."""
+    from llm_assets_tests.conftest import SERIAL_FILES
+
+    assert [name for name in SERIAL_FILES if not (REPO / "llm_assets_tests" / name).is_file()] == []
