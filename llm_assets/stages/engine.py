@@ -52,6 +52,9 @@ workers."""
 
 
 RECORD_EVERY_S = 1.0
+PROGRESS_EVERY_S = 2.0
+"""At most one "shard done" line per this many seconds: a run of many quick shards logs its
+progress, not a line (and a Dagster event) per shard; the stage's closing line gives the totals."""
 """Finished shards are recorded in the catalog in groups, at most this long after they finish (a
 DuckDB commit costs ~20 ms; a shard finished but not yet recorded is still found by its footer)."""
 
@@ -315,7 +318,7 @@ def _run_and_record(
     done = 0
     parts: dict[str, float] = {}
     unrecorded: list[ShardRecord] = []
-    last_recorded = time.monotonic()
+    last_recorded = last_progress = time.monotonic()
 
     def record_finished() -> None:
         nonlocal last_recorded
@@ -324,7 +327,7 @@ def _run_and_record(
         last_recorded = time.monotonic()
 
     def on_result(j: int, stats: ShardStats) -> None:
-        nonlocal done, parts
+        nonlocal done, parts, last_progress
         parts = add_parts(parts, stats.parts)
         plan = planned[todo[j]]
         record = ShardRecord(
@@ -350,10 +353,12 @@ def _run_and_record(
         if time.monotonic() - last_recorded >= RECORD_EVERY_S:
             record_finished()
         done += 1
-        ctx.log.info(
-            f"{asset}: shard {plan.shard} done ({done}/{len(todo)}): {stats.rows_in} in, "
-            f"{stats.rows_out} out, {stats.rows_rejected} rejected, {stats.seconds:.2f} s"
-        )
+        if done < len(todo) and time.monotonic() - last_progress >= PROGRESS_EVERY_S:
+            last_progress = time.monotonic()
+            ctx.log.info(
+                f"{asset}: shard {plan.shard} done ({done}/{len(todo)}): {stats.rows_in} in, "
+                f"{stats.rows_out} out, {stats.rows_rejected} rejected, {stats.seconds:.2f} s"
+            )
 
     try:
         run_on_backend(ctx, asset, folder, fn, [planned[i].task for i in todo], on_result)
