@@ -252,11 +252,9 @@ def current_batches(
             "warehouse root it wrote (the warehouse resource's root)"
         )
     try:
-        with Catalog(path, lock_timeout_s=lock_timeout_s).connect(read_only=True) as con:
-            rows = con.execute(
-                "SELECT DISTINCT fingerprint FROM current_shards WHERE asset = ?",
-                [TRAINING_BATCHES],
-            ).fetchall()
+        rows = Catalog(path, lock_timeout_s=lock_timeout_s).current_fingerprints(
+            TRAINING_BATCHES, read_only=True
+        )
     except CatalogLockedError as error:
         raise CatalogLockedError(
             f"{error}. A pipeline run holds it while it writes: read the batches when it ends, "
@@ -267,7 +265,7 @@ def current_batches(
             f"the warehouse {root} holds no current {TRAINING_BATCHES}: materialize it (bash "
             "scripts/run_pipeline.sh runs the whole pipeline)"
         )
-    return stage_dir(root, TRAINING_BATCHES, rows[0][0])
+    return stage_dir(root, TRAINING_BATCHES, rows[0])
 
 
 def _file_order(path: Path) -> tuple[str, int, str]:

@@ -8,6 +8,8 @@ import cannot hide a cycle that only shows when the code runs.
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -174,3 +176,14 @@ def test_dagster_internals_in_one_module():
     assert users == [DAGSTER_INTERNALS]
     docstring = ast.get_docstring(ast.parse(_modules()[DAGSTER_INTERNALS].read_text()))
     assert docstring and "dagster._core" in docstring
+
+
+def test_loading_the_definitions_imports_neither_torch_nor_ray():
+    """Every run, the UI and every sensor tick load the definitions: torch (the reader's optional
+    DataLoader base) and Ray (a backend) cost seconds to import, and are imported where used."""
+    code = (
+        "import sys, llm_assets.definitions; "
+        "print(sorted(m for m in ('torch', 'ray', 'transformers') if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]", done.stdout

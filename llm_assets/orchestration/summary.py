@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from llm_assets.constants import PIPELINE_ASSETS, TRAINING_BATCHES
-from llm_assets.reader import NoBatchesError, current_batches
 from llm_assets.warehouse.catalog import Catalog
+from llm_assets.warehouse.shards import stage_dir
 
 TOP_REASONS = 3
 """Reject reasons named per stage, the most frequent first."""
@@ -103,8 +103,10 @@ def format_summary(stages: Sequence[StageSummary], warehouse: Path, batches: Pat
 
 def run_summary(catalog: Catalog, warehouse: Path, run_id: str, steps: Collection[str]) -> str:
     """The ``Run summary`` of run ``run_id``, whose steps are ``steps``, in ``warehouse``."""
-    try:
-        batches: Path | None = current_batches(warehouse)
-    except NoBatchesError:
-        batches = None
+    fingerprints = catalog.current_fingerprints(TRAINING_BATCHES)
+    batches = (
+        stage_dir(warehouse, TRAINING_BATCHES, fingerprints[0]).resolve()
+        if len(fingerprints) == 1
+        else None
+    )
     return format_summary(stage_summaries(catalog, run_id, steps), warehouse, batches)

@@ -415,6 +415,17 @@ class Catalog:
             [asset],
         )
 
+    def current_fingerprints(self, asset: str, read_only: bool = False) -> list[str]:
+        """The stage fingerprints ``asset``'s current shards were written under: one for a
+        complete output, none if it was never materialized."""
+        _check_asset(asset)
+        with self.connect(read_only=read_only) as con:
+            rows = con.execute(
+                "SELECT DISTINCT fingerprint FROM current_shards WHERE asset = ? ORDER BY 1",
+                [asset],
+            ).fetchall()
+        return [fingerprint for (fingerprint,) in rows]
+
     def materialization_states(
         self, assets: Sequence[str], run_id: str
     ) -> dict[str, tuple[MaterializationState | None, MaterializationState]]:
