@@ -19,7 +19,7 @@ PIPELINE_ASSETS: tuple[str, ...] = (
 """The stages in order. Also the allow-list of names the catalog may turn into SQL views."""
 
 STAGE_CODE_VERSIONS: dict[str, str] = {
-    RAW_DOCUMENTS: "4",
+    RAW_DOCUMENTS: "5",
     NORMALIZED_DOCUMENTS: "4",
     TOKENIZED_DOCUMENTS: "3",
     FILTERED_DOCUMENTS: "5",

@@ -39,11 +39,12 @@ def _read_csv(path: str, source_file: str, spec: IngestSpec) -> Iterator[StageRe
 
     Bytes are decoded with ``surrogateescape`` so that one record's invalid UTF-8 rejects only
     that record. The csv module's field size limit (process-wide, 128 KiB by default) is raised
-    so that long documents are read instead of failing the file. The parser is lenient (text
-    after a closing quote is read into the field, as spreadsheet programs do), but a quote that
-    is never closed, which makes the parser read to the end of the file for one field (the
-    records after it silently gone), is a ``corrupt_file`` reject at the record where it opens.
-    A record the parser refuses is a ``malformed_record`` reject.
+    so that long documents are read instead of failing the file. A quote that is never closed,
+    which makes the parser read to the end of the file for one field (the records after it
+    silently gone), is a ``corrupt_file`` reject at the record where it opens. A record the
+    parser refuses is a ``malformed_record`` reject, among them a quoted field followed by more
+    characters before the delimiter (``"abc"def,1``: malformed per RFC 4180), which a lenient
+    parser would read into one field with the next record's text.
     """
     csv.field_size_limit(max(csv.field_size_limit(), _MAX_CSV_FIELD))
     with open(path, "rb", buffering=_READ_CHUNK) as binary:
@@ -53,14 +54,17 @@ def _read_csv(path: str, source_file: str, spec: IngestSpec) -> Iterator[StageRe
             stream, encoding="utf-8-sig", errors="surrogateescape", newline=""
         )
         lines = _RecordLines(handle)
-        rows = csv.reader(lines, delimiter=spec.csv_delimiter)
+        rows = csv.reader(lines, delimiter=spec.csv_delimiter, strict=True)
         try:
             header = [_repair(name) for name in _csv_header(rows, lines)]
         except csv.Error as error:
-            batch.reject(0, CORRUPT_FILE, f"unreadable header: {error}", _repair(lines.record()))
-            yield batch.flush()
-            return
-        if header and lines.exhausted:
+            header = []
+            if not lines.exhausted:
+                value = f"unreadable header: {error}"
+                batch.reject(0, CORRUPT_FILE, value, _repair(lines.record()))
+                yield batch.flush()
+                return
+        if lines.exhausted and (header or lines.record()):
             # As for a record below: the header's quote is never closed and holds the file.
             value = "a quoted field of the header is never closed: the file is unreadable"
             batch.reject(0, CORRUPT_FILE, value, _repair(lines.record()))
@@ -78,17 +82,17 @@ def _read_csv(path: str, source_file: str, spec: IngestSpec) -> Iterator[StageRe
                 break
             except csv.Error as error:
                 record += 1
+                if lines.exhausted:
+                    # The parser reads past the end only inside a quoted field: this record's
+                    # quote is never closed and it holds the rest of the file.
+                    value = "a quoted field is never closed: the rest of the file is unreadable"
+                    batch.reject(record, CORRUPT_FILE, value, _repair(lines.record()))
+                    break
                 batch.reject(record, MALFORMED_RECORD, str(error), _repair(lines.record()))
             else:
                 if not row:  # a blank line
                     continue
                 record += 1
-                if lines.exhausted:
-                    # The parser asks for a line past the end only inside a quoted field: this
-                    # record's quote is never closed and it holds the rest of the file.
-                    value = "a quoted field is never closed: the rest of the file is unreadable"
-                    batch.reject(record, CORRUPT_FILE, value, _repair(lines.record()))
-                    break
                 _add_csv_record(batch, record, row, len(header), text_index, others, spec)
                 batch.nbytes += sum(map(len, row))
             if batch.full(spec):

@@ -7,15 +7,15 @@ import json
 from llm_assets.kernels.ingest.records import (
     CORRUPT_FILE,
     EMPTY_FILE,
+    MALFORMED_RECORD,
 )
 from llm_assets_tests.kernels.ingest.test_read import read, reasons
 
 
 def test_csv_quote_never_closed_is_a_reject_and_nothing_is_swallowed(tmp_path):
     """A quote never closed is a ``corrupt_file`` at the record it opens (the rest of the file
-    is not silently taken as that record's text). Text after a closing quote (``"ok" x``,
-    ``"alpha" ``, written by some exporters) is read into the field, as spreadsheet programs do;
-    a quoted field spanning lines at the end of the file is whole."""
+    is not silently taken as that record's text); a quoted field spanning lines at the end of the
+    file is whole."""
     (tmp_path / "open.csv").write_text('id,text\n1,"ok"\n2,"never closed\n3,after\n4,more\n')
     kept, rejects = read(tmp_path / "open.csv")
     assert kept["text"].to_pylist() == ["ok"]
@@ -23,10 +23,27 @@ def test_csv_quote_never_closed_is_a_reject_and_nothing_is_swallowed(tmp_path):
     assert "never closed" in rejects["value"][0].as_py()
     assert rejects["sample"][0].as_py() == '2,"never closed\n3,after\n4,more'
 
-    (tmp_path / "loose.csv").write_text('id,text\n1,"ok" x\n2,"alpha" \n3,fine\n4,"two\nlines"')
-    kept, rejects = read(tmp_path / "loose.csv")
-    assert kept["text"].to_pylist() == ["ok x", "alpha ", "fine", "two\nlines"]
+    (tmp_path / "whole.csv").write_text('id,text\n1,fine\n2,"two\nlines"')
+    kept, rejects = read(tmp_path / "whole.csv")
+    assert kept["text"].to_pylist() == ["fine", "two\nlines"]
     assert rejects.num_rows == 0
+
+
+def test_text_after_a_closing_quote_rejects_that_record_only(tmp_path):
+    """``"abc"def,1`` is malformed per RFC 4180: a ``malformed_record`` reject of that record,
+    with its line as the sample; the records around it are read, none merged or lost (7
+    records: 6 documents and 1 reject). ``"alpha" `` (a space after the quote) is the same."""
+    rows = ["1,one", '2,"abc"def', "3,three", '4,"four ""quoted"""', "5,five", "6,six", "7,seven"]
+    (tmp_path / "seven.csv").write_text("id,text\n" + "\n".join(rows) + "\n")
+    kept, rejects = read(tmp_path / "seven.csv")
+    assert kept["text"].to_pylist() == ["one", "three", 'four "quoted"', "five", "six", "seven"]
+    assert kept["source_line"].to_pylist() == [1, 3, 4, 5, 6, 7]
+    assert reasons(rejects) == [(2, MALFORMED_RECORD)]
+    assert "expected after" in rejects["value"][0].as_py()
+    assert rejects["sample"][0].as_py() == '2,"abc"def'
+    (tmp_path / "space.csv").write_text('id,text\n1,"alpha" \n2,fine\n')
+    kept, rejects = read(tmp_path / "space.csv")
+    assert kept["text"].to_pylist() == ["fine"] and reasons(rejects) == [(1, MALFORMED_RECORD)]
 
 
 def test_csv_repeated_column_names_keep_every_value(tmp_path):
