@@ -13,6 +13,7 @@ import pyarrow as pa
 
 from llm_assets.kernels.schema import string_array
 from llm_assets.kernels.tokenize.ids import _encode_by_words, ids_to_arrow
+from llm_assets.kernels.tokenize.pieces import encode_bounded
 
 _HASH_CHUNK = 1 << 20
 
@@ -68,8 +69,10 @@ class Tokenizer:
     (:meth:`encode_markup_offsets`)."""
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
-        """Token ids of every text, in order, without truncation or special tokens."""
-        return self.encoder(texts)
+        """Token ids of every text, in order, without truncation or special tokens; a run of one
+        character class longer than ``MAX_RUN_CHARS`` (4,096) is encoded in parts of that many
+        characters (:func:`encode_bounded`), so that time grows with a text's length alone."""
+        return encode_bounded(self.encoder, texts)
 
     def encode_markup_batch(self, texts: list[str]) -> list[list[int]]:
         """Token ids of every text with the tokenizer's special-token strings recognized, as
