@@ -8,9 +8,6 @@ from pydantic import Field
 
 from llm_assets.assets.reporting.charts import image_markdown
 from llm_assets.assets.reporting.summary import benchmark_summary
-from llm_assets.bench.reference import REFERENCE_RUNNERS
-from llm_assets.bench.report import markdown_report, winners, write_charts
-from llm_assets.bench.runner import BenchmarkPlan, RunResult, Workload, run_benchmark, summarize
 from llm_assets.constants import BENCHMARK_REPORT, CATALOG_POOL
 from llm_assets.machine import git_commit, machine_info
 from llm_assets.stages.raw_documents import DEFAULT_ROWS_PER_SHARD
@@ -58,6 +55,12 @@ def benchmark_report(
     of generated data, next to the study's own runners re-measured here; every repetition is
     appended to the catalog table ``benchmark_results`` (history across runs and commits) as soon
     as it is measured, so a run that fails midway keeps what it measured."""
+    # The benchmark's machinery is imported when it runs, not when the definitions load (every
+    # pipeline run, UI load and sensor tick loads them).
+    from llm_assets.bench.reference import REFERENCE_RUNNERS
+    from llm_assets.bench.report import markdown_report, winners, write_charts
+    from llm_assets.bench.runner import BenchmarkPlan, RunResult, Workload, run_benchmark, summarize
+
     run_id = context.run.run_id
     base = warehouse.root_path / BENCHMARK_REPORT
     run_dir = base / run_id
