@@ -2,7 +2,7 @@
 
 import re
 from collections.abc import Collection, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any, Literal
 
@@ -168,16 +168,21 @@ def _stage(
 ) -> Iterator[StageContext]:
     """Around an asset's body: check the run's config (:func:`validate_run_config`), give the
     stage's context, turn an input error into an :class:`InputFailure`, and, in the run's last
-    step, log the ``Run summary`` once the stage is recorded."""
-    try:
-        steps = run_steps(context)
-        validate_run_config(context.run.run_config, warehouse.data_root_path, steps)
-        ctx = _context(context, compute, warehouse)
-        yield ctx
-    except _INPUT_ERRORS as exc:
-        raise InputFailure(_with_working_directory(str(exc))) from exc
-    if context.op_def.name == last_step(steps):
-        context.log.info(run_summary(ctx.catalog, warehouse.root_path, context.run.run_id, steps))
+    step, log the ``Run summary`` once the stage is recorded. The whole step (stage, its
+    metadata, the summary) uses one catalog connection (:meth:`Catalog.session`): opening the
+    file costs ~11-16 ms, and without it a step opened it two to seven times."""
+    with ExitStack() as session:
+        try:
+            steps = run_steps(context)
+            validate_run_config(context.run.run_config, warehouse.data_root_path, steps)
+            ctx = _context(context, compute, warehouse)
+            session.enter_context(ctx.catalog.session())
+            yield ctx
+        except _INPUT_ERRORS as exc:
+            raise InputFailure(_with_working_directory(str(exc))) from exc
+        if context.op_def.name == last_step(steps):
+            summary = run_summary(ctx.catalog, warehouse.root_path, context.run.run_id, steps)
+            context.log.info(summary)
 
 
 _NAMES_A_PATH = re.compile(r"\b(folder|file|path|directory)s?\b")

@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 
 import dagster as dg
+import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -239,6 +240,25 @@ def test_rerun_with_unchanged_input_reuses_every_shard(in_process_run):
         [FILTERED_DOCUMENTS],
     )
     assert annotated[0][0] > 0  # the sample's run config deduplicates: there is such a phase
+
+
+def test_each_step_opens_the_catalog_once(in_process_run, monkeypatch):
+    """A step's stage, its metadata and the run summary share one connection to the catalog
+    file (each opening costs ~15 ms of a run whose fixed cost issue 37 bounds)."""
+    base, _ = in_process_run
+    catalog_file = str(base / "warehouse" / "catalog.duckdb")
+    opened = []
+    connect = duckdb.connect
+
+    def counting(database: str = ":memory:", *args, **kwargs):
+        if str(database) == catalog_file:
+            opened.append(database)
+        return connect(database, *args, **kwargs)
+
+    monkeypatch.setattr(duckdb, "connect", counting)
+    result = materialize(base / "input", base / "warehouse")
+    assert result.success
+    assert len(opened) == len(materializations(result)) == 5
 
 
 def test_lost_shards_are_recomputed_byte_identical(in_process_run, tmp_path):
