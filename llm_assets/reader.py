@@ -252,7 +252,7 @@ def current_batches(
             "warehouse root it wrote (the warehouse resource's root)"
         )
     try:
-        rows = Catalog(path, lock_timeout_s=lock_timeout_s).current_fingerprints(
+        current = Catalog(path, lock_timeout_s=lock_timeout_s).current_fingerprint(
             TRAINING_BATCHES, read_only=True
         )
     except CatalogLockedError as error:
@@ -260,12 +260,12 @@ def current_batches(
             f"{error}. A pipeline run holds it while it writes: read the batches when it ends, "
             "or open the folder its Run summary printed with TokenBatchDataset(folder)"
         ) from error
-    if len(rows) != 1:
+    if current is None:
         raise NoBatchesError(
             f"the warehouse {root} holds no current {TRAINING_BATCHES}: materialize it (bash "
             "scripts/run_pipeline.sh runs the whole pipeline)"
         )
-    return stage_dir(root, TRAINING_BATCHES, rows[0])
+    return stage_dir(root, TRAINING_BATCHES, current)
 
 
 def _file_order(path: Path) -> tuple[str, int, str]:

@@ -103,10 +103,6 @@ def format_summary(stages: Sequence[StageSummary], warehouse: Path, batches: Pat
 
 def run_summary(catalog: Catalog, warehouse: Path, run_id: str, steps: Collection[str]) -> str:
     """The ``Run summary`` of run ``run_id``, whose steps are ``steps``, in ``warehouse``."""
-    fingerprints = catalog.current_fingerprints(TRAINING_BATCHES)
-    batches = (
-        stage_dir(warehouse, TRAINING_BATCHES, fingerprints[0]).resolve()
-        if len(fingerprints) == 1
-        else None
-    )
+    current = catalog.current_fingerprint(TRAINING_BATCHES)
+    batches = None if current is None else stage_dir(warehouse, TRAINING_BATCHES, current).resolve()
     return format_summary(stage_summaries(catalog, run_id, steps), warehouse, batches)

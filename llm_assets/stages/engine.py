@@ -52,11 +52,11 @@ workers."""
 
 
 RECORD_EVERY_S = 1.0
+"""Finished shards are recorded in the catalog in groups, at most this long after they finish (a
+DuckDB commit costs ~20 ms; a shard finished but not yet recorded is still found by its footer)."""
 PROGRESS_EVERY_S = 2.0
 """At most one "shard done" line per this many seconds: a run of many quick shards logs its
 progress, not a line (and a Dagster event) per shard; the stage's closing line gives the totals."""
-"""Finished shards are recorded in the catalog in groups, at most this long after they finish (a
-DuckDB commit costs ~20 ms; a shard finished but not yet recorded is still found by its footer)."""
 
 
 class Runner(Protocol):

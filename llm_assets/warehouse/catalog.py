@@ -415,16 +415,15 @@ class Catalog:
             [asset],
         )
 
-    def current_fingerprints(self, asset: str, read_only: bool = False) -> list[str]:
-        """The stage fingerprints ``asset``'s current shards were written under: one for a
-        complete output, none if it was never materialized."""
+    def current_fingerprint(self, asset: str, read_only: bool = False) -> str | None:
+        """The stage fingerprint ``asset``'s current output was written under (its folder's
+        name); None if it was never materialized."""
         _check_asset(asset)
         with self.connect(read_only=read_only) as con:
             rows = con.execute(
-                "SELECT DISTINCT fingerprint FROM current_shards WHERE asset = ? ORDER BY 1",
-                [asset],
+                "SELECT DISTINCT fingerprint FROM current_shards WHERE asset = ?", [asset]
             ).fetchall()
-        return [fingerprint for (fingerprint,) in rows]
+        return rows[0][0] if len(rows) == 1 else None
 
     def materialization_states(
         self, assets: Sequence[str], run_id: str

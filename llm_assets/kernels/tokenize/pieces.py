@@ -11,6 +11,7 @@ consecutive runs of :data:`MAX_RUN_CHARS` characters (the last shorter), each en
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Callable, Sequence
 
@@ -29,15 +30,13 @@ _WINDOW_CHARS = 1 << 20
 """Characters looked at at once by the quick check: its memory stays a few MB per text."""
 
 
+@functools.cache
 def _run_pattern(bound: int) -> regex.Pattern:
     """Maximal runs longer than ``bound`` of each class; the look-behinds let a match start only
     where its run starts, so a scan is linear in the text's length."""
     n = bound + 1
     classes = (r"\p{L}", r"\p{N}", r"[^\s\p{L}\p{N}]", r"\s")
     return regex.compile("|".join(f"(?<!{c}){c}{{{n},}}" for c in classes))
-
-
-_RUNS = {MAX_RUN_CHARS: _run_pattern(MAX_RUN_CHARS)}
 
 
 def _long_spans(text: str, bound: int) -> list[tuple[int, int]]:
@@ -76,7 +75,7 @@ def cut_points(text: str, bound: int = MAX_RUN_CHARS) -> list[int]:
     spans = _long_spans(text, bound)
     if not spans:
         return []
-    pattern = _RUNS.get(bound) or _RUNS.setdefault(bound, _run_pattern(bound))
+    pattern = _run_pattern(bound)
     cuts: list[int] = []
     for start, end in spans:
         for run in pattern.finditer(text, start, end):
