@@ -56,6 +56,7 @@ from llm_assets.stages.training_batches.checks import (
     label_needs_a_padded_layout,
 )
 from llm_assets.stages.training_batches.driver import run_training_batches
+from llm_assets.storage import is_remote, local_path
 from llm_assets.warehouse.catalog import CatalogLockedError, CatalogUnreadableError
 from llm_assets.warehouse.resource import WarehouseResource
 
@@ -280,9 +281,13 @@ def _check_eval_sets_are_not_input(decontam: DecontamSpec, input_dir: str, root:
     training documents, the long ones rejected as ``contaminated`` (they hold their own n-grams)
     but those under ``min_ngram`` words kept, so a run would quietly train on part of the eval
     set. Only checked when the run ingests (else ``input_dir`` is not the one the documents came
-    from); an input folder that cannot be listed is left to ``raw_documents`` to name."""
+    from); an input folder that cannot be listed is left to ``raw_documents`` to name, and so
+    is one in object storage (eval files are local files: never among its objects)."""
+    if is_remote(input_dir):
+        return
     try:
-        inputs = {path.resolve(): rel for path, rel in list_input_files(input_dir, root)}
+        listed = list_input_files(local_path(input_dir), root)
+        inputs = {path.resolve(): rel for path, rel in listed}
     except ValueError:  # StageInputError: raw_documents fails on it, with its own message
         return
     read = [(name, inputs[Path(path)]) for path, name in decontam.files if Path(path) in inputs]
