@@ -8,6 +8,8 @@ from run config, so they never reach logs or the catalog."""
 from __future__ import annotations
 
 import io
+import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from urllib.parse import urlsplit
@@ -186,3 +188,28 @@ def list_files(location: str) -> list[StoredFile]:
             )
         )
     return sorted(files, key=lambda f: f.name.split("/"))
+
+
+def modified_times(locations: Iterable[str]) -> dict[str, float]:
+    """Location -> when it was last written (seconds since the epoch), for those that exist:
+    local files by ``stat``, objects by one listing per folder holding them (not a request per
+    object)."""
+    times: dict[str, float] = {}
+    folders: dict[str, set[str]] = {}
+    for location in locations:
+        if is_remote(location):
+            folders.setdefault(location.rsplit("/", 1)[0], set()).add(location)
+        elif os.path.exists(local := local_path(location)):
+            times[location] = os.stat(local).st_mtime
+    for folder, wanted in folders.items():
+        fs, path = filesystem(folder)
+        try:
+            listed = fs.ls(path, detail=True, refresh=True)
+        except Exception as exc:  # botocore, aiohttp and fsspec errors have no common base
+            raise storage_error(exc, folder, "list") from exc
+        for info in listed:
+            url = fs.unstrip_protocol(info["name"])
+            mtime_s = _mtime_seconds(info)
+            if url in wanted and mtime_s is not None:
+                times[url] = mtime_s
+    return times
