@@ -75,7 +75,14 @@ RawDocumentsConfig = config_class(
     extra={
         "input_dir": (
             str,
-            Field(DEFAULT_INPUT_DIR, description="Folder of input files (read recursively)"),
+            Field(
+                DEFAULT_INPUT_DIR,
+                description=(
+                    "Folder of input files (read recursively): a local path, or an "
+                    "object-storage prefix such as s3://bucket/prefix (any fsspec URL; "
+                    "credentials from the environment, never from run config)"
+                ),
+            ),
         ),
         "rows_per_shard": (
             int,
@@ -376,8 +383,9 @@ def raw_documents(
     compute: ComputeResource,
     warehouse: WarehouseResource,
 ) -> dg.MaterializeResult:
-    """Every input file (JSONL, JSONL.gz/.zst, Parquet, CSV, TXT) as one row per document, with a
-    stable ``doc_id`` and its source file and line; unreadable records are rejects with a reason."""
+    """Every input file (JSONL, JSONL.gz/.zst, Parquet, CSV, TXT, Arrow), in a folder or an
+    object-storage prefix, as one row per document, with a stable ``doc_id`` and its source file
+    and line; unreadable records are rejects with a reason."""
     with _stage(context, compute, warehouse) as ctx:
         spec = to_spec(config)
         report = run_raw_documents(
