@@ -277,17 +277,23 @@ def _walk_input_folder(
         tops = links
 
 
+PLAN_BLOCK_BYTES = 32 << 20
+"""Bytes per range request when the driver streams a JSONL object to find its line ends: one
+file at a time, so larger than a worker's blocks. Against the loopback S3 server, 256 MB took
+3.7 s in 8 MiB requests and 1.7 s in 32 MiB ones."""
+
+
 def line_ranges(path: str, rows_per_shard: int) -> list[tuple[int, int, int]]:
     """Split a plain JSONL file into (start byte, end byte, first line) ranges of at most
     ``rows_per_shard`` lines, cut at line ends.
 
     The driver runs this before any worker starts, so it is serial time: newlines are found with
     numpy per 4 MiB block, at about 2 GB/s. (1M rows, 514 MB: 0.89 s with a Python ``find`` per
-    line; 0.25 s so.)
+    line; 0.25 s so.) An object is streamed in range requests of :data:`PLAN_BLOCK_BYTES`.
     """
     ranges: list[tuple[int, int, int]] = []
     start, lines_in_range, offset, first_line = 0, 0, 0, 1
-    with open_input(path) as handle:
+    with open_input(path, block_size=PLAN_BLOCK_BYTES) as handle:
         while block := handle.read(1 << 22):
             newlines = np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == 0x0A)
             # The newline that ends the current range, then every rows_per_shard-th one after it.
