@@ -203,3 +203,25 @@ def test_an_unreachable_endpoint_fails_the_first_step_saying_so(
     monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")  # botocore's retries would take seconds
     result = _materialize(s3.url("corpus"), tmp_path)
     _fails_first_naming(result, repr(s3.bucket), "unreachable", "AWS_ENDPOINT_URL")
+
+
+def test_an_object_gone_after_the_listing_fails_its_shard_naming_it(s3, tmp_path):
+    """A shard's task opens its object itself: deleted since the plan, the task fails with the
+    bucket and key, and writes nothing."""
+    from llm_assets.kernels.ingest.read import IngestSpec
+    from llm_assets.stages.raw_documents import IngestTask, run_ingest
+    from llm_assets.storage import StorageError
+
+    task = IngestTask(
+        key="gone-00000",
+        path=s3.url("corpus/gone.jsonl"),
+        source_file="gone.jsonl",
+        spec=IngestSpec(),
+        output_path=str(tmp_path / "part-gone-00000.parquet"),
+        rejects_path=str(tmp_path / "rejects" / "part-gone-00000.parquet"),
+        input_fingerprint="x",
+        byte_range=(0, 100),
+    )
+    with pytest.raises(StorageError, match=rf"bucket '{s3.bucket}', key 'corpus/gone.jsonl'"):
+        run_ingest(task)
+    assert not (tmp_path / "part-gone-00000.parquet").exists()
