@@ -128,10 +128,12 @@ def list_input_files(
     if ignored is not None:
         ignored.extend(skipped)
     if not files:
-        named = f" (not read: {skipped[:5]}, see IGNORED_PREFIXES)" if skipped else ""
+        named = f" (not read: {skipped[:5]}: {_NOT_READ})" if skipped else ""
         raise StageInputError(f"input folder {shown(root)} holds no input files{named}")
     return files
 
+
+_NOT_READ = "names starting with . or _, or a Hugging Face dataset's metadata"
 
 HF_DATASET_METADATA = ("dataset_info.json", "state.json", "dataset_dict.json")
 """Files Hugging Face ``datasets`` writes beside its Arrow files (``save_to_disk``, its cache):
@@ -217,7 +219,11 @@ def remote_input_files(url: str, ignored: list[str] | None = None) -> list[Input
         ignored.extend(sorted(skipped))
     if not files:
         bucket, key = bucket_and_key(url)
-        what = f"no input files (not read: {sorted(skipped)[:5]})" if stored else "no object"
+        what = (
+            f"no input files (not read: {sorted(skipped)[:5]}: {_NOT_READ})"
+            if stored
+            else "no object"
+        )
         raise StageInputError(
             f"input location {url!r} holds {what}: bucket {bucket!r}, key prefix "
             f"{key.rstrip('/') + '/'!r}; check the prefix (raw_documents.config.input_dir)"

@@ -185,6 +185,11 @@ def test_an_empty_prefix_fails_the_first_step_naming_it(s3, tmp_path):
     s3.client.put_object(Bucket=s3.bucket, Key="elsewhere/a.jsonl", Body=b'{"text": "x"}\n')
     result = _materialize(s3.url("corpus"), tmp_path)
     _fails_first_naming(result, repr(s3.bucket), "'corpus/'", "no object")
+    # Objects that are not read, as in a folder: a marker, a hidden folder.
+    for key in ("corpus/_SUCCESS", "corpus/.cache/x.bin"):
+        s3.client.put_object(Bucket=s3.bucket, Key=key, Body=b"")
+    result = _materialize(s3.url("corpus"), tmp_path)
+    _fails_first_naming(result, "holds no input files", "['.cache/', '_SUCCESS']")
 
 
 def test_access_denied_fails_the_first_step_saying_so(
