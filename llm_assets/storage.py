@@ -7,6 +7,11 @@ from run config, so they never reach logs or the catalog."""
 
 from __future__ import annotations
 
+import io
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
 from urllib.parse import urlsplit
 
 import fsspec
@@ -71,3 +76,140 @@ def storage_error(exc: BaseException, location: str, action: str = "read") -> St
     else:
         reason = f"{kind}: {text}"
     return StorageError(f"cannot {action} {where}: {reason}")
+
+
+def local_path(location: str) -> str:
+    """The local path of a location that :func:`is_remote` says is local: ``file:///data/in``
+    is ``/data/in``; a plain path is returned as given."""
+    if scheme_of(location) in ("file", "local"):
+        return filesystem(location)[1]
+    return str(location)
+
+
+INPUT_BLOCK_BYTES = 8 << 20
+"""Bytes fetched per range request when an input object is read in order: large enough that the
+request's round trip costs little next to its transfer, small enough that a worker holds at most
+this much of a file it streams."""
+
+
+def open_input(location: str, block_size: int = INPUT_BLOCK_BYTES) -> io.BufferedReader:
+    """A buffered binary reader (``peek``, ``seek``) of a local file or an object. An object is
+    read with range requests of ``block_size`` bytes as the reader moves through it, never
+    fetched whole; errors from the store (no such bucket or key, access denied) are raised as
+    the filesystem raises them: :func:`storage_error` names them."""
+    if not is_remote(location):
+        return open(local_path(location), "rb", buffering=1 << 20)
+    fs, path = filesystem(location)
+    handle = fs.open(path, "rb", block_size=block_size, cache_type="readahead")
+    return io.BufferedReader(handle, buffer_size=min(block_size, 1 << 20))
+
+
+def read_range(location: str, start: int, end: int) -> bytes:
+    """The bytes ``[start, end)`` of a local file or an object (one range request)."""
+    if end <= start:
+        return b""
+    if not is_remote(location):
+        with open(local_path(location), "rb") as handle:
+            handle.seek(start)
+            return handle.read(end - start)
+    fs, path = filesystem(location)
+    return fs.cat_file(path, start=start, end=end)
+
+
+@dataclass(frozen=True)
+class StoredFile:
+    """An object found under a listed location."""
+
+    url: str
+    """What opens it (``s3://bucket/key``)."""
+    name: str
+    """Its key relative to the listed prefix, ``/``-separated."""
+    size: int
+    version: str
+    """What changes when the object is written again: its ETag (S3), generation or checksum
+    (other stores), else its modification time."""
+    mtime_s: float | None
+    """When it was last written (seconds since the epoch), if the store says."""
+
+
+_VERSION_KEYS = ("ETag", "etag", "generation", "md5Hash", "crc32c", "checksum")
+_MTIME_KEYS = ("LastModified", "mtime", "updated", "last_modified", "created")
+
+
+def _mtime_seconds(info: dict) -> float | None:
+    for key in _MTIME_KEYS:
+        value = info.get(key)
+        if isinstance(value, datetime):
+            return value.timestamp()
+        if isinstance(value, (int, float)):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+            except ValueError:
+                continue
+    return None
+
+
+def _version(info: dict, mtime_s: float | None) -> str:
+    for key in _VERSION_KEYS:
+        if info.get(key):
+            return str(info[key])
+    return f"mtime:{mtime_s}" if mtime_s is not None else f"size:{info.get('size')}"
+
+
+def list_files(location: str) -> list[StoredFile]:
+    """Every object under the prefix ``location`` names (as a folder: ``s3://b/in`` lists
+    ``in/...``, not ``in2/``), sorted by name, freshly listed (no cached listing); folder
+    marker objects (keys ending in ``/``) are left out. Raises :class:`StorageError` naming
+    the bucket and key when the store refuses or cannot be reached."""
+    fs, root = filesystem(location)
+    root = root.rstrip("/")
+    try:
+        fs.invalidate_cache(root)
+        found = fs.find(root, detail=True, withdirs=False)
+    except Exception as exc:  # botocore, aiohttp and fsspec errors have no common base
+        raise storage_error(exc, location, "list") from exc
+    files = []
+    for path, info in found.items():
+        if path.endswith("/") or info.get("type") == "directory" or not path.startswith(root):
+            continue
+        name = path[len(root) :].lstrip("/")
+        if not name:
+            continue  # the location is itself an object, not a prefix
+        mtime_s = _mtime_seconds(info)
+        files.append(
+            StoredFile(
+                url=fs.unstrip_protocol(path),
+                name=name,
+                size=int(info.get("size") or 0),
+                version=_version(info, mtime_s),
+                mtime_s=mtime_s,
+            )
+        )
+    return sorted(files, key=lambda f: f.name.split("/"))
+
+
+def modified_times(locations: Iterable[str]) -> dict[str, float]:
+    """Location -> when it was last written (seconds since the epoch), for those that exist:
+    local files by ``stat``, objects by one listing per folder holding them (not a request per
+    object)."""
+    times: dict[str, float] = {}
+    folders: dict[str, set[str]] = {}
+    for location in locations:
+        if is_remote(location):
+            folders.setdefault(location.rsplit("/", 1)[0], set()).add(location)
+        elif os.path.exists(local := local_path(location)):
+            times[location] = os.stat(local).st_mtime
+    for folder, wanted in folders.items():
+        fs, path = filesystem(folder)
+        try:
+            listed = fs.ls(path, detail=True, refresh=True)
+        except Exception as exc:  # botocore, aiohttp and fsspec errors have no common base
+            raise storage_error(exc, folder, "list") from exc
+        for info in listed:
+            url = fs.unstrip_protocol(info["name"])
+            mtime_s = _mtime_seconds(info)
+            if url in wanted and mtime_s is not None:
+                times[url] = mtime_s
+    return times

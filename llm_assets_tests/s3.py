@@ -46,23 +46,52 @@ def _wait_until_up(url: str, process: subprocess.Popen, timeout_s: float = 30.0)
     raise RuntimeError(f"moto_server did not answer on {url} within {timeout_s:.0f} s")
 
 
-@pytest.fixture(scope="session")
-def s3_endpoint(tmp_path_factory) -> str:
-    """The URL of a moto S3 server on 127.0.0.1, alive for the whole test process."""
+def _start_moto(log: Path, env: dict[str, str] | None = None) -> tuple[str, subprocess.Popen]:
     port = _free_port()
-    log = tmp_path_factory.mktemp("moto") / "server.log"
     moto = Path(sys.executable).with_name("moto_server")
     with open(log, "wb") as out:
         process = subprocess.Popen(
-            [str(moto), "-H", "127.0.0.1", "-p", str(port)], stdout=out, stderr=out
+            [str(moto), "-H", "127.0.0.1", "-p", str(port)], stdout=out, stderr=out, env=env
         )
     url = f"http://127.0.0.1:{port}"
     try:
         _wait_until_up(url, process)
+    except BaseException:
+        process.terminate()
+        raise
+    return url, process
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint(tmp_path_factory) -> str:
+    """The URL of a moto S3 server on 127.0.0.1, alive for the whole test process."""
+    url, process = _start_moto(tmp_path_factory.mktemp("moto") / "server.log")
+    try:
         yield url
     finally:
         process.terminate()
         process.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def s3_denying_endpoint(tmp_path_factory) -> str:
+    """A moto S3 server that checks credentials: it knows none, so every request is refused
+    with 403 (access denied), as a real endpoint refuses keys it does not know."""
+    env = {**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "0"}
+    url, process = _start_moto(tmp_path_factory.mktemp("moto-auth") / "server.log", env)
+    try:
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def forget_filesystems() -> None:
+    """Drop fsspec's cached S3 filesystems: each holds a client made for the endpoint and keys of
+    the environment it was created in, which a test that changes them must not reuse."""
+    import s3fs
+
+    s3fs.S3FileSystem.clear_instance_cache()
 
 
 @dataclass
@@ -95,16 +124,35 @@ class S3:
         return sorted(obj["Key"] for page in pages for obj in page.get("Contents", []))
 
 
-@pytest.fixture
-def s3(s3_endpoint, monkeypatch) -> S3:
-    """The standard AWS environment pointed at the loopback server, and a new empty bucket."""
-    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_endpoint)
+def point_environment_at(endpoint: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The standard AWS environment, pointed at ``endpoint`` with moto's static keys; no profile
+    or config file of the machine is read."""
+    monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
     for name, value in AWS_ENV.items():
         monkeypatch.setenv(name, value)
     for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("AWS_CONFIG_FILE", os.devnull)
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", os.devnull)
-    store = S3(endpoint=s3_endpoint, bucket=f"test-{uuid.uuid4().hex[:12]}")
+
+
+def new_bucket(endpoint: str) -> S3:
+    store = S3(endpoint=endpoint, bucket=f"test-{uuid.uuid4().hex[:12]}")
     store.client.create_bucket(Bucket=store.bucket)
     return store
+
+
+@pytest.fixture
+def s3(s3_endpoint, monkeypatch) -> S3:
+    """The standard AWS environment pointed at the loopback server, and a new empty bucket."""
+    point_environment_at(s3_endpoint, monkeypatch)
+    return new_bucket(s3_endpoint)
+
+
+@pytest.fixture(scope="module")
+def s3_module(s3_endpoint) -> S3:
+    """As :func:`s3`, for the tests of a module that share one bucket (and the runs that fill
+    it): the environment stays pointed at the server until the module's last test ends."""
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        point_environment_at(s3_endpoint, monkeypatch)
+        yield new_bucket(s3_endpoint)

@@ -56,6 +56,7 @@ from llm_assets.stages.training_batches.checks import (
     label_needs_a_padded_layout,
 )
 from llm_assets.stages.training_batches.driver import run_training_batches
+from llm_assets.storage import is_remote, local_path
 from llm_assets.warehouse.catalog import CatalogLockedError, CatalogUnreadableError
 from llm_assets.warehouse.resource import WarehouseResource
 
@@ -74,7 +75,14 @@ RawDocumentsConfig = config_class(
     extra={
         "input_dir": (
             str,
-            Field(DEFAULT_INPUT_DIR, description="Folder of input files (read recursively)"),
+            Field(
+                DEFAULT_INPUT_DIR,
+                description=(
+                    "Folder of input files (read recursively): a local path, or an "
+                    "object-storage prefix such as s3://bucket/prefix (any fsspec URL; "
+                    "credentials from the environment, never from run config)"
+                ),
+            ),
         ),
         "rows_per_shard": (
             int,
@@ -285,9 +293,13 @@ def _check_eval_sets_are_not_input(decontam: DecontamSpec, input_dir: str, root:
     training documents, the long ones rejected as ``contaminated`` (they hold their own n-grams)
     but those under ``min_ngram`` words kept, so a run would quietly train on part of the eval
     set. Only checked when the run ingests (else ``input_dir`` is not the one the documents came
-    from); an input folder that cannot be listed is left to ``raw_documents`` to name."""
+    from); an input folder that cannot be listed is left to ``raw_documents`` to name, and so
+    is one in object storage (eval files are local files: never among its objects)."""
+    if is_remote(input_dir):
+        return
     try:
-        inputs = {path.resolve(): rel for path, rel in list_input_files(input_dir, root)}
+        listed = list_input_files(local_path(input_dir), root)
+        inputs = {path.resolve(): rel for path, rel in listed}
     except ValueError:  # StageInputError: raw_documents fails on it, with its own message
         return
     read = [(name, inputs[Path(path)]) for path, name in decontam.files if Path(path) in inputs]
@@ -376,8 +388,9 @@ def raw_documents(
     compute: ComputeResource,
     warehouse: WarehouseResource,
 ) -> dg.MaterializeResult:
-    """Every input file (JSONL, JSONL.gz/.zst, Parquet, CSV, TXT) as one row per document, with a
-    stable ``doc_id`` and its source file and line; unreadable records are rejects with a reason."""
+    """Every input file (JSONL, JSONL.gz/.zst, Parquet, CSV, TXT, Arrow), in a folder or an
+    object-storage prefix, as one row per document, with a stable ``doc_id`` and its source file
+    and line; unreadable records are rejects with a reason."""
     with _stage(context, compute, warehouse) as ctx:
         spec = to_spec(config)
         report = run_raw_documents(

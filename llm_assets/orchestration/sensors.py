@@ -1,15 +1,16 @@
 """The input folder sensor: new, changed or deleted input files start a run.
 
-:func:`build_input_folder_sensor` watches the input folder; a new, changed (path, size, mtime) or
-deleted file starts one ``llm_pipeline`` run that computes only the new shards (the stages reuse
-every shard whose input fingerprint is unchanged), once the changed files have not been modified
-for :data:`SETTLE_SECONDS`. The run key is the number of runs so far plus the change's
-fingerprint, so the same change never starts two runs and a folder that returns to an earlier
-state starts one; the cursor (files -> fingerprint, runs so far; JSON) lives in Dagster's storage
-and survives restarts of the daemon. A change counts as done only once a run that covered it
-succeeds: when the sensor's last run failed or was canceled (or every re-execution of it did),
-its changes are requested again, :data:`RETRY_AFTER_SECONDS` after the failure, doubling with
-each failure of the same change, and at once when another file changes.
+:func:`build_input_folder_sensor` watches the input folder, or an object-storage prefix
+(``s3://bucket/prefix``: keys, sizes, modification times and ETags); a new, changed (path, size,
+mtime) or deleted file starts one ``llm_pipeline`` run that computes only the new shards (the
+stages reuse every shard whose input fingerprint is unchanged), once the changed files have not
+been modified for :data:`SETTLE_SECONDS`. The run key is the number of runs so far plus the
+change's fingerprint, so the same change never starts two runs and a folder that returns to an
+earlier state starts one; the cursor (files -> fingerprint, runs so far; JSON) lives in Dagster's
+storage and survives restarts of the daemon. A change counts as done only once a run that
+covered it succeeds: when the sensor's last run failed or was canceled (or every re-execution of
+it did), its changes are requested again, :data:`RETRY_AFTER_SECONDS` after the failure, doubling
+with each failure of the same change, and at once when another file changes.
 
 Off by default: turn it on in the UI (*Automation*) or with
 ``dagster sensor start input_folder_sensor``.
@@ -32,7 +33,8 @@ from llm_assets.orchestration.run_config import (
     watched_folder,
 )
 from llm_assets.stages.engine import StageInputError
-from llm_assets.stages.raw_documents import list_input_files
+from llm_assets.stages.raw_documents import input_files
+from llm_assets.storage import is_remote
 
 SENSOR_INTERVAL_SECONDS = 30
 RETRY_AFTER_SECONDS = 300.0
@@ -51,11 +53,16 @@ SENSOR_NAME_TAG = "dagster/sensor_name"
 
 
 def snapshot(input_dir: str | Path) -> dict[str, str]:
-    """Relative path -> ``size:mtime_ns`` of every input file (what the sensor compares)."""
+    """Relative path -> ``size:mtime_ns`` of every input file (what the sensor compares); of an
+    object in object storage, ``size:mtime_ns:ETag`` (an object rewritten within the store's
+    one-second clock keeps its time but gets a new ETag)."""
     files = {}
-    for path, rel in list_input_files(input_dir):
-        stat = path.stat()
-        files[rel] = f"{stat.st_size}:{stat.st_mtime_ns}"
+    for file in input_files(input_dir):
+        if is_remote(file.location):
+            mtime_ns = round((file.mtime_s or 0.0) * 1e9)
+            files[file.name] = f"{file.size}:{mtime_ns}:{file.version}"
+        else:
+            files[file.name] = f"{file.size}:{file.version}"
     return files
 
 
@@ -73,9 +80,7 @@ def deleted_files(before: dict[str, str], now: dict[str, str]) -> list[str]:
 def _unsettled(changed: dict[str, str], now_s: float, settle_seconds: float) -> list[str]:
     """Changed files modified less than ``settle_seconds`` ago."""
     return sorted(
-        name
-        for name, fp in changed.items()
-        if now_s - int(fp.split(":", 1)[1]) / 1e9 < settle_seconds
+        name for name, fp in changed.items() if now_s - int(fp.split(":")[1]) / 1e9 < settle_seconds
     )
 
 

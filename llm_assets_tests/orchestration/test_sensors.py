@@ -296,3 +296,40 @@ def test_changed_files_sees_new_and_modified_only():
         "b": "2:3",
         "c": "5:5",
     }
+
+
+def test_sensor_watches_an_s3_prefix_by_keys_sizes_and_etags(s3, tmp_path):
+    """Objects in a bucket: settling time on their write time, one run per change, a rewrite of
+    the same size seen by its ETag, a deleted object a change too; a bucket that cannot be
+    listed is a skip naming it."""
+    for name in ("notes.txt", "reviews.csv"):
+        s3.client.upload_file(str(SAMPLE_DIR / name), s3.bucket, f"in/{name}")
+    url = s3.url("in")
+    instance = dg.DagsterInstance.ephemeral()
+
+    def evaluate(cursor, settle_seconds=0.0):
+        sensor = build_input_folder_sensor(url, settle_seconds=settle_seconds)
+        return sensor(dg.build_sensor_context(instance=instance, cursor=cursor))
+
+    waiting = evaluate(None, settle_seconds=60.0)  # just written: not settled yet
+    assert "waiting for 2 file(s)" in waiting.skip_message
+    first = evaluate(None)
+    (request,) = first.run_requests
+    assert request.run_config["ops"]["raw_documents"]["config"]["input_dir"] == url
+    assert sorted(json.loads(first.cursor)["files"]) == ["notes.txt", "reviews.csv"]
+    assert _run(request, tmp_path / "warehouse", instance).success
+    assert "no new, changed or deleted" in evaluate(first.cursor).skip_message
+
+    notes = (SAMPLE_DIR / "notes.txt").read_bytes()
+    s3.client.put_object(Bucket=s3.bucket, Key="in/notes.txt", Body=notes.replace(b"a", b"b"))
+    changed = evaluate(first.cursor)
+    (request2,) = changed.run_requests
+    assert request2.run_key != request.run_key
+    assert request2.tags["llm_assets/changed_files"] == "1"
+    s3.client.delete_object(Bucket=s3.bucket, Key="in/reviews.csv")
+    (deleted,) = evaluate(changed.cursor).run_requests
+    assert deleted.tags["llm_assets/deleted_files"] == "1"
+
+    gone = build_input_folder_sensor(f"s3://no-such-{s3.bucket}/in")
+    skip = gone(dg.build_sensor_context(instance=instance, cursor=None))
+    assert f"no-such-{s3.bucket}" in skip.skip_message and "no such bucket" in skip.skip_message

@@ -161,3 +161,29 @@ def test_a_utf16_jsonl_file_is_read_whole_with_the_lines_of_its_utf8_copy(tmp_pa
             "SELECT doc_id, source_line, text FROM raw_documents ORDER BY source_line"
         )
     assert len(rows["utf16"]) == 25 and rows["utf16"] == rows["utf8"]
+
+
+def test_a_file_url_reads_the_folder_it_names_as_its_path_does(tmp_path):
+    """``file:///...`` is the local folder: the same shards (reused, as the same input), the
+    same recorded config and lineage; the folder rules of a path apply to it."""
+    import logging
+
+    from llm_assets.compute.in_process import InProcessBackend
+    from llm_assets.kernels.ingest.read import IngestSpec
+    from llm_assets.warehouse.catalog import Catalog
+
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / "docs.jsonl").write_text("".join(f'{{"text": "t{i}"}}\n' for i in range(25)))
+    (folder / "_notes.md").write_text("not read")
+    ctx = StageContext(
+        warehouse_root=tmp_path / "wh",
+        catalog=Catalog(tmp_path / "wh" / "catalog.duckdb"),
+        compute=InProcessBackend(),
+        log=logging.getLogger("test"),
+    )
+    by_path = run_raw_documents(ctx, folder, IngestSpec(), rows_per_shard=10)
+    by_url = run_raw_documents(ctx, folder.as_uri(), IngestSpec(), rows_per_shard=10)
+    assert by_path.computed == 3 and by_url.computed == 0 and by_url.skipped == 3
+    assert [s.input_shards for s in by_url.shards] == [(str(folder / "docs.jsonl"),)] * 3
+    assert by_url.extra["ignored_inputs"] == ["_notes.md"]

@@ -13,7 +13,6 @@ import orjson
 from llm_assets.kernels.ingest.chat import _keep_chat
 from llm_assets.kernels.ingest.formats import _utf8
 from llm_assets.kernels.ingest.records import (
-    _READ_CHUNK,
     CORRUPT_FILE,
     INVALID_UTF8,
     MALFORMED_RECORD,
@@ -24,6 +23,7 @@ from llm_assets.kernels.ingest.records import (
     _metadata_keys,
 )
 from llm_assets.kernels.schema import SAMPLE_CHARS, StageResult
+from llm_assets.storage import open_input
 
 if TYPE_CHECKING:
     from llm_assets.kernels.ingest.read import IngestSpec
@@ -47,7 +47,7 @@ def _read_csv(path: str, source_file: str, spec: IngestSpec) -> Iterator[StageRe
     parser would read into one field with the next record's text.
     """
     csv.field_size_limit(max(csv.field_size_limit(), _MAX_CSV_FIELD))
-    with open(path, "rb", buffering=_READ_CHUNK) as binary:
+    with open_input(path) as binary:
         stream, codec = _utf8(binary)
         batch = _Batch(source_file, codec)
         handle = io.TextIOWrapper(

@@ -12,6 +12,11 @@ from typing import IO
 
 from llm_assets.kernels.ingest.compression import _CORRUPT_ERRORS, _DecodedStream, _decompressed
 from llm_assets.kernels.ingest.records import _READ_CHUNK
+from llm_assets.storage import open_input
+
+_PROBE_BYTES = 1 << 16
+"""Bytes fetched of an object to look at its first bytes (its encoding, whether it is an
+array): a small range request, not a block of the file."""
 
 SUPPORTED_SUFFIXES: tuple[str, ...] = (
     ".jsonl",
@@ -23,6 +28,7 @@ SUPPORTED_SUFFIXES: tuple[str, ...] = (
     ".parquet",
     ".csv",
     ".txt",
+    ".arrow",
 )
 _BOM = b"\xef\xbb\xbf"
 
@@ -42,7 +48,8 @@ class UnsupportedFileError(ValueError):
 def detect_format(path: str) -> str:
     """Return the format named by ``path``'s suffix, case-insensitive: ``jsonl``, ``jsonl.gz``,
     ``jsonl.zst``, ``json``, ``json.gz``, ``json.zst`` (JSON Lines too, as Hugging Face's
-    ``Dataset.to_json`` writes them by default), ``parquet``, ``csv`` or ``txt``.
+    ``Dataset.to_json`` writes them by default), ``parquet``, ``csv``, ``txt`` or ``arrow``
+    (Arrow IPC, as Hugging Face's ``Dataset.save_to_disk`` and its cache write them).
 
     Raises :class:`UnsupportedFileError` for any other suffix.
     """
@@ -85,9 +92,9 @@ def file_encoding(path: str) -> str | None:
     (:func:`unicode_encoding`), else None: UTF-8, Parquet, or a stream that cannot be read
     (its reader says why)."""
     fmt = detect_format(path)
-    if fmt == "parquet":
+    if fmt in ("parquet", "arrow"):
         return None
-    with open(path, "rb") as handle, _decompressed(handle, fmt) as stream:
+    with open_input(path, block_size=_PROBE_BYTES) as handle, _decompressed(handle, fmt) as stream:
         try:
             head = stream.read(4)
         except (EOFError, *_CORRUPT_ERRORS):

@@ -28,6 +28,7 @@ from llm_assets.kernels.ingest.records import (
     _text_problem,
 )
 from llm_assets.kernels.schema import StageResult
+from llm_assets.storage import open_input, read_range
 
 if TYPE_CHECKING:
     from llm_assets.kernels.ingest.read import IngestSpec
@@ -36,9 +37,7 @@ if TYPE_CHECKING:
 def _read_jsonl_range(
     path: str, source_file: str, spec: IngestSpec, start: int, end: int, first_line: int
 ) -> Iterator[StageResult]:
-    with open(path, "rb") as handle:
-        handle.seek(start)
-        stream = io.BytesIO(handle.read(max(0, end - start)))
+    stream = io.BytesIO(read_range(path, start, end))
     if start == 0:
         yield from _read_jsonl_stream(stream, source_file, spec, first_line)
     else:
@@ -59,7 +58,7 @@ def _jsonl_reader(fmt: str) -> Callable[[str, str, IngestSpec], Iterator[StageRe
 
     def read(path: str, source_file: str, spec: IngestSpec) -> Iterator[StageResult]:
         with (
-            open(path, "rb", buffering=_READ_CHUNK) as handle,
+            open_input(path) as handle,
             _decompressed(handle, fmt) as decompressed,
         ):
             stream, codec = _utf8(decompressed)

@@ -3,7 +3,6 @@ Arrow's validation refuses a reject."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +26,7 @@ from llm_assets.kernels.ingest.records import (
     _rejects,
 )
 from llm_assets.kernels.schema import StageResult
+from llm_assets.storage import open_input
 
 if TYPE_CHECKING:
     from llm_assets.kernels.ingest.read import IngestSpec
@@ -45,8 +45,8 @@ def _read_parquet(
     group by row group from the row it stopped at, and each row group that cannot be read is one
     ``corrupt_file`` reject at its first unread row, its value naming the rows it covers.
     """
-    with open(path, "rb") as handle:
-        if os.fstat(handle.fileno()).st_size == 0:
+    with open_input(path) as handle:
+        if not handle.peek(1):
             return
         try:
             parquet = pq.ParquetFile(handle)

@@ -7,6 +7,7 @@ import dataclasses
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
+from llm_assets.kernels.ingest.arrow import _read_arrow
 from llm_assets.kernels.ingest.chat import ALL_ANSWERS, CHAT_ANSWERS, EVERY_ANSWER
 from llm_assets.kernels.ingest.csv import _read_csv
 from llm_assets.kernels.ingest.formats import detect_format
@@ -15,6 +16,7 @@ from llm_assets.kernels.ingest.parquet import _read_parquet
 from llm_assets.kernels.ingest.records import _READ_CHUNK, EMPTY_FILE, _Batch
 from llm_assets.kernels.ingest.text import _read_txt
 from llm_assets.kernels.schema import StageResult
+from llm_assets.storage import open_input
 
 BATCH_BYTES = 32 << 20
 """Input bytes after which a batch is flushed even if it holds fewer than ``batch_rows`` records,
@@ -131,9 +133,13 @@ def read_documents(
     the file only when it found no record itself).
 
     ``row_groups`` (``.parquet`` only) reads the row groups ``[first, end)``; rows keep their
-    numbers in the whole file.
+    numbers in the whole file. For an ``.arrow`` file, ``byte_range`` spans whole record batches
+    (:func:`~llm_assets.kernels.ingest.arrow.record_batch_spans`) and ``first_line`` is the
+    number of its first row.
     """
     fmt = detect_format(path)
+    if fmt == "arrow" and byte_range is not None:
+        return _read_arrow(path, source_file, spec, byte_range, first_line)
     if row_groups is not None:
         if fmt != "parquet":
             raise ValueError(f"row_groups only applies to Parquet files, not {path}")
@@ -169,7 +175,7 @@ def _with_empty_file_reject(
 
 def _blank_from(path: str, start: int) -> bool:
     """Whether the bytes of ``path`` from ``start`` on are all ASCII whitespace."""
-    with open(path, "rb") as handle:
+    with open_input(path) as handle:
         handle.seek(start)
         return all(not block.strip() for block in iter(lambda: handle.read(_READ_CHUNK), b""))
 
@@ -184,4 +190,5 @@ _READERS: dict[str, Callable[[str, str, IngestSpec], Iterator[StageResult]]] = {
     "parquet": _read_parquet,
     "csv": _read_csv,
     "txt": _read_txt,
+    "arrow": _read_arrow,
 }

@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING
 
 from llm_assets.kernels.ingest.chat import _keep_chat
 from llm_assets.kernels.ingest.formats import _lines, _utf8
-from llm_assets.kernels.ingest.records import _READ_CHUNK, INVALID_UTF8, _Batch, _sample
+from llm_assets.kernels.ingest.records import INVALID_UTF8, _Batch, _sample
 from llm_assets.kernels.schema import StageResult
+from llm_assets.storage import open_input
 
 if TYPE_CHECKING:
     from llm_assets.kernels.ingest.read import IngestSpec
@@ -19,7 +20,7 @@ def _read_txt(path: str, source_file: str, spec: IngestSpec) -> Iterator[StageRe
     """One document per paragraph (lines separated by blank lines), at its first line."""
     paragraph: list[bytes] = []
     first_line = 0
-    with open(path, "rb", buffering=_READ_CHUNK) as handle:
+    with open_input(path) as handle:
         stream, codec = _utf8(handle)
         batch = _Batch(source_file, codec)
         for lineno, raw in enumerate(_lines(stream), 1):

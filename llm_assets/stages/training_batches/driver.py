@@ -75,6 +75,7 @@ from llm_assets.stages.training_batches.scatter import (
     scatter_key,
     scatter_pieces,
 )
+from llm_assets.storage import modified_times
 from llm_assets.warehouse.layout import SCATTER_FOLDER, scatter_folder_name, scatter_settings
 from llm_assets.warehouse.shards import (
     decoded_column_bytes,
@@ -557,15 +558,12 @@ def _derived_boundaries(ctx: StageContext, spec: BatchSpec) -> tuple[int, ...]:
 def _created_at(ctx: StageContext) -> str:
     """Reproducible creation time of the batches: ``SOURCE_DATE_EPOCH`` when set (the
     reproducible-builds convention), else the newest modification time of the input files, so a
-    re-run on the same inputs writes byte-identical files."""
+    re-run on the same inputs writes byte-identical files (of objects in object storage: the
+    time they were written)."""
     epoch = os.environ.get("SOURCE_DATE_EPOCH")
     if epoch is None:
-        mtimes = [
-            Path(p).stat().st_mtime
-            for shard in ctx.catalog.current_shards(RAW_DOCUMENTS)
-            for p in shard.input_shards
-            if Path(p).exists()
-        ]
-        epoch = str(int(max(mtimes, default=0)))
+        shards = ctx.catalog.current_shards(RAW_DOCUMENTS)
+        inputs = {path for shard in shards for path in shard.input_shards}
+        epoch = str(int(max(modified_times(sorted(inputs)).values(), default=0)))
     stamp = datetime.fromtimestamp(int(epoch), tz=timezone.utc)
     return stamp.isoformat().replace("+00:00", "Z")
