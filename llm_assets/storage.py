@@ -7,6 +7,13 @@ from run config, so they never reach logs or the catalog."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import shutil
+import uuid
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import fsspec
@@ -32,9 +39,10 @@ def is_remote(location: str) -> bool:
 def filesystem(location: str) -> tuple[fsspec.AbstractFileSystem, str]:
     """The fsspec filesystem that serves ``location`` and the path within it (for S3:
     ``bucket/key``, no scheme). Unknown schemes raise :class:`StorageError` naming the package
-    that serves them."""
+    that serves them. Listings are never cached: workers and other runs write the same prefixes,
+    and a cached listing would hide their objects."""
     try:
-        return url_to_fs(str(location))
+        return url_to_fs(str(location), use_listings_cache=False)
     except (ImportError, ValueError) as exc:
         raise StorageError(
             f"cannot open {location!r}: no filesystem for {scheme_of(location)!r} URLs is "
@@ -71,3 +79,347 @@ def storage_error(exc: BaseException, location: str, action: str = "read") -> St
     else:
         reason = f"{kind}: {text}"
     return StorageError(f"cannot {action} {where}: {reason}")
+
+
+# --- files at a location ---------------------------------------------------------------------
+# The warehouse and the reader work with locations (``str``): a local path or an object-storage
+# URL. Local paths take the plain ``os`` calls they always took; URLs go through fsspec, every
+# object written in one PUT (or one multipart upload) that completes atomically, since object
+# stores have no rename: an object is either complete or absent.
+
+TMP_MARKER = ".tmp-"
+"""What a local file or folder is named while it is written (before its rename into place)."""
+
+UPLOAD_BLOCK_BYTES = 16 << 20
+"""Part size of the multipart uploads of big objects (at least 5 MiB, S3's minimum): what one
+writer holds in memory while it streams an object."""
+
+
+def temporary_path(final: Path) -> Path:
+    """Where a local file or folder is written before it is renamed to ``final``: ``final``'s
+    name plus ``.tmp-`` and 8 random hex digits (so parallel attempts never share one)."""
+    return final.with_name(f"{final.name}{TMP_MARKER}{uuid.uuid4().hex[:8]}")
+
+
+def location_path(location: str | os.PathLike[str]) -> Path:
+    """``location`` as a path object: a :class:`pathlib.Path` for a local path, a
+    :class:`upath.UPath` (``/``, ``.name``, ``.parent``; ``str()`` is the URL) for a URL."""
+    if is_remote(str(location)):
+        from upath import UPath
+
+        return UPath(str(location).rstrip("/") or str(location))
+    return Path(location).expanduser()
+
+
+def join(location: str | os.PathLike[str], *names: str) -> str:
+    """``location`` with ``names`` appended (``/`` for URLs, the OS's separator for paths)."""
+    return str(location_path(location).joinpath(*names))
+
+
+@contextlib.contextmanager
+def _remote(location: str, action: str) -> Iterator[None]:
+    """Object-storage failures as :class:`StorageError` naming the bucket and key; a missing key
+    stays ``FileNotFoundError`` (callers treat it as "not there"), a missing bucket does not."""
+    try:
+        yield
+    except StorageError:
+        raise
+    except FileNotFoundError as exc:
+        if "bucket" in str(exc).lower():
+            raise storage_error(exc, location, action) from exc
+        raise
+    except Exception as exc:
+        raise storage_error(exc, location, action) from exc
+
+
+def exists(location: str | os.PathLike[str]) -> bool:
+    """Whether a file (or, locally, a folder) is at ``location``."""
+    location = str(location)
+    if not is_remote(location):
+        return Path(location).exists()
+    fs, path = filesystem(location)
+    with _remote(location, "look up"):
+        return fs.exists(path)
+
+
+def file_info(location: str | os.PathLike[str]) -> tuple[int, float] | None:
+    """(size in bytes, modification time in seconds since the epoch) of the file at
+    ``location``, None when there is none."""
+    location = str(location)
+    if not is_remote(location):
+        try:
+            stat = os.stat(location)
+        except FileNotFoundError:
+            return None
+        return stat.st_size, stat.st_mtime
+    fs, path = filesystem(location)
+    with _remote(location, "look up"):
+        try:
+            info = fs.info(path)
+        except FileNotFoundError:
+            return None
+    if info.get("type") == "directory":
+        return None
+    return int(info["size"]), _modified(info)
+
+
+def _modified(info: dict[str, Any]) -> float:
+    value = info.get("LastModified") or info.get("mtime") or info.get("modified") or 0.0
+    return value.timestamp() if hasattr(value, "timestamp") else float(value)
+
+
+def file_size(location: str | os.PathLike[str]) -> int | None:
+    """The size of the file at ``location``, None when there is none."""
+    info = file_info(location)
+    return None if info is None else info[0]
+
+
+def read_bytes(location: str | os.PathLike[str]) -> bytes:
+    """The whole file at ``location`` (``FileNotFoundError`` when there is none)."""
+    location = str(location)
+    if not is_remote(location):
+        return Path(location).read_bytes()
+    fs, path = filesystem(location)
+    with _remote(location, "read"):
+        return fs.cat_file(path)
+
+
+def read_text(location: str | os.PathLike[str]) -> str:
+    """The whole file at ``location`` as UTF-8 text."""
+    return read_bytes(location).decode("utf-8")
+
+
+def read_ranges(ranges: Sequence[tuple[str, int, int]]) -> list[bytes]:
+    """The bytes at (location, offset, length) of each range, in order. Ranges of object storage
+    are fetched concurrently (one ranged GET each); a range past a file's end comes back short."""
+    out: list[bytes | None] = [None] * len(ranges)
+    remote: dict[int, tuple[str, int, int]] = {}
+    for i, (location, offset, length) in enumerate(ranges):
+        if is_remote(location):
+            remote[i] = (location, offset, length)
+            continue
+        fd = os.open(location, os.O_RDONLY)
+        try:
+            out[i] = os.pread(fd, length, offset)
+        finally:
+            os.close(fd)
+    if remote:
+        first = next(iter(remote.values()))[0]
+        fs, _ = filesystem(first)
+        paths = [filesystem(loc)[1] for loc, _, _ in remote.values()]
+        starts = [offset for _, offset, _ in remote.values()]
+        ends = [offset + length for _, offset, length in remote.values()]
+        with _remote(first, "read"):
+            fetched = fs.cat_ranges(paths, starts, ends, on_error="raise")
+        for i, data in zip(remote, fetched, strict=True):
+            out[i] = data
+    return [b if b is not None else b"" for b in out]
+
+
+def write_bytes(location: str | os.PathLike[str], data: bytes) -> None:
+    """Write ``data`` to ``location`` so that it is complete or absent: locally under a
+    temporary name, fsynced and renamed into place; in object storage in one PUT."""
+    location = str(location)
+    if is_remote(location):
+        fs, path = filesystem(location)
+        with _remote(location, "write"):
+            fs.pipe_file(path, data)
+        return
+    final = Path(location)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temporary_path(final)
+    try:
+        with open(tmp, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, final)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def remove(location: str | os.PathLike[str]) -> bool:
+    """Delete the file at ``location``; True when there was one."""
+    location = str(location)
+    if not is_remote(location):
+        try:
+            Path(location).unlink()
+        except FileNotFoundError:
+            return False
+        return True
+    fs, path = filesystem(location)
+    with _remote(location, "delete"):
+        try:
+            fs.rm_file(path)
+        except FileNotFoundError:
+            return False
+    return True
+
+
+def remove_tree(location: str | os.PathLike[str]) -> None:
+    """Delete the folder (every object under the prefix) at ``location``, if any."""
+    location = str(location)
+    if not is_remote(location):
+        shutil.rmtree(location, ignore_errors=True)
+        return
+    fs, path = filesystem(location)
+    with _remote(location, "delete"), contextlib.suppress(FileNotFoundError):
+        fs.rm(path.rstrip("/") + "/", recursive=True)
+
+
+def list_files(location: str | os.PathLike[str]) -> dict[str, tuple[int, float]]:
+    """Every file under the folder ``location`` (recursively, links not followed): its path
+    relative to the folder (``/``-separated) -> (size, modification time). Empty when there is
+    no such folder. One listing request per 1,000 objects in object storage."""
+    location = str(location)
+    if not is_remote(location):
+        root = Path(location)
+        found: dict[str, tuple[int, float]] = {}
+        for folder, _, names in os.walk(root):
+            for name in names:
+                full = os.path.join(folder, name)
+                with contextlib.suppress(FileNotFoundError):
+                    stat = os.lstat(full)
+                    found[Path(full).relative_to(root).as_posix()] = (stat.st_size, stat.st_mtime)
+        return found
+    fs, path = filesystem(location)
+    prefix = path.rstrip("/") + "/"
+    with _remote(location, "list"):
+        try:
+            listed = fs.find(prefix, detail=True)
+        except FileNotFoundError:
+            return {}
+    return {
+        name[len(prefix) :]: (int(info.get("size") or 0), _modified(info))
+        for name, info in listed.items()
+        if name.startswith(prefix) and info.get("type") != "directory"
+    }
+
+
+def upload_file(local: str | os.PathLike[str], location: str) -> None:
+    """Copy the local file ``local`` to the object ``location`` (complete or absent)."""
+    fs, path = filesystem(location)
+    with _remote(location, "write"):
+        fs.put_file(str(local), path, block_size=UPLOAD_BLOCK_BYTES)
+
+
+def download_file(location: str, local: str | os.PathLike[str]) -> None:
+    """Copy the object ``location`` to the local file ``local``."""
+    fs, path = filesystem(location)
+    with _remote(location, "read"):
+        fs.get_file(path, str(local))
+
+
+def arrow_filesystem(location: str | os.PathLike[str]) -> tuple[str, Any]:
+    """(path, pyarrow filesystem) for pyarrow's readers: the local path and None, or the path
+    within the bucket and the fsspec filesystem wrapped for Arrow."""
+    location = str(location)
+    if not is_remote(location):
+        return location, None
+    import pyarrow.fs as pafs
+
+    fs, path = filesystem(location)
+    return path, pafs.PyFileSystem(pafs.FSSpecHandler(fs))
+
+
+def parquet_file(location: str | os.PathLike[str], **kwargs: Any) -> Any:
+    """A ``pyarrow.parquet.ParquetFile`` over the file at ``location`` (reads only what is
+    asked: the footer, then the row groups and columns read; ranged GETs in object storage)."""
+    import pyarrow.parquet as pq
+
+    path, fs = arrow_filesystem(location)
+    if fs is None:
+        return pq.ParquetFile(path, **kwargs)
+    with _remote(str(location), "read"):
+        return pq.ParquetFile(path, filesystem=fs, **kwargs)
+
+
+def parquet_metadata(location: str | os.PathLike[str]) -> Any:
+    """The footer (``FileMetaData``) of the Parquet file at ``location``."""
+    import pyarrow.parquet as pq
+
+    if not is_remote(str(location)):
+        return pq.read_metadata(location)
+    return parquet_file(location).metadata
+
+
+def parquet_schema(location: str | os.PathLike[str]) -> Any:
+    """The Arrow schema (with its metadata) of the Parquet file at ``location``."""
+    import pyarrow.parquet as pq
+
+    if not is_remote(str(location)):
+        return pq.read_schema(location)
+    return parquet_file(location).schema_arrow
+
+
+def read_parquet(location: str | os.PathLike[str], **kwargs: Any) -> Any:
+    """``pyarrow.parquet.read_table`` of the file at ``location``."""
+    import pyarrow.parquet as pq
+
+    path, fs = arrow_filesystem(location)
+    if fs is None:
+        return pq.read_table(path, **kwargs)
+    with _remote(str(location), "read"):
+        return pq.read_table(path, filesystem=fs, **kwargs)
+
+
+class ObjectWriter:
+    """A write-only stream to one object that is complete or absent: its bytes are uploaded in
+    parts as they come (one PUT when small) and the object appears only at :meth:`commit`;
+    :meth:`discard` (or a killed process) leaves nothing, not even part of it. Counts and hashes
+    (XXH3-128) what it writes, so the checksum needs no second read. pyarrow's writers take it
+    as their sink; closing them does not commit it."""
+
+    def __init__(self, location: str) -> None:
+        import xxhash
+
+        self.location = location
+        fs, path = filesystem(location)
+        with _remote(location, "write"):
+            self._file = fs.open(path, "wb", block_size=UPLOAD_BLOCK_BYTES)
+        self._hash = xxhash.xxh3_128()
+        self.size = 0
+        self.closed = False
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data)
+        self._hash.update(view)
+        self.size += view.nbytes
+        with _remote(self.location, "write"):
+            self._file.write(view)
+        return view.nbytes
+
+    def tell(self) -> int:
+        return self.size
+
+    def flush(self) -> None:
+        """Nothing: parts go out when full, the rest at :meth:`commit`."""
+
+    def writable(self) -> bool:
+        return True
+
+    def readable(self) -> bool:
+        return False
+
+    def seekable(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        """What a pyarrow writer calls when it closes: nothing is uploaded until :meth:`commit`."""
+
+    @property
+    def hexdigest(self) -> str:
+        return self._hash.hexdigest()
+
+    def commit(self) -> None:
+        """Complete the upload: the object appears, whole."""
+        with _remote(self.location, "write"):
+            self._file.close()
+        self.closed = True
+
+    def discard(self) -> None:
+        """Abandon the object: nothing appears (a started multipart upload is aborted)."""
+        with contextlib.suppress(Exception):
+            self._file.discard()
+        self.closed = True

@@ -148,7 +148,7 @@ def _context(
     catalog = warehouse.catalog()
     compute.use_warehouse_catalog(str(catalog.path))
     return StageContext(
-        warehouse_root=warehouse.root_path,
+        warehouse_root=warehouse.location,
         catalog=catalog,
         compute=compute,
         log=context.log,
@@ -177,7 +177,7 @@ def _stage(
     except _INPUT_ERRORS as exc:
         raise InputFailure(_with_working_directory(str(exc))) from exc
     if context.op_def.name == last_step(steps):
-        context.log.info(run_summary(ctx.catalog, warehouse.root_path, context.run.run_id, steps))
+        context.log.info(run_summary(ctx.catalog, warehouse.location, context.run.run_id, steps))
 
 
 _NAMES_A_PATH = re.compile(r"\b(folder|file|path|directory)s?\b")

@@ -6,7 +6,9 @@ the catalog and a compute backend; it knows no stage.
 
 Restart rule: a planned shard is skipped when its output file exists and its footer names the same
 input fingerprint; the folder it lives in is named by the stage fingerprint (config + code
-version). So a killed run, run again, computes only what is missing.
+version). So a killed run, run again, computes only what is missing. In a warehouse in object
+storage only the catalog's record counts (with the object's size): an object a killed run wrote
+but did not record is written again, never read.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow.parquet as pq
 
+from llm_assets import storage
 from llm_assets.compute.base import Logger, OnResult, ShardTaskFailed
 from llm_assets.constants import PIPELINE_ASSETS, STAGE_CODE_VERSIONS
 from llm_assets.stages.shard_io import ShardStats, add_parts
@@ -77,7 +80,14 @@ _WRITE_ERRORS = ("No space left", "Permission denied", "Read-only file system", 
 
 
 def ensure_writable(folder: Path) -> None:
-    """Fail before any work, with the folder named, when a stage cannot write its output."""
+    """Fail before any work, with the folder named, when a stage cannot write its output (in
+    object storage: a probe object written and deleted, so a missing bucket, refused
+    credentials or an unreachable endpoint fail the stage at once, naming the bucket)."""
+    if storage.is_remote(str(folder)):
+        probe_url = storage.join(folder, f"_write-probe-{uuid.uuid4().hex[:8]}")
+        storage.write_bytes(probe_url, b"ok")
+        storage.remove(probe_url)
+        return
     try:
         folder.mkdir(parents=True, exist_ok=True)
         probe = folder / f".write-probe-{uuid.uuid4().hex[:8]}"
@@ -110,7 +120,8 @@ def run_on_backend(
 class StageContext:
     """Everything a stage needs besides its own config."""
 
-    warehouse_root: Path
+    warehouse_root: str | Path
+    """A local folder or an object-storage URL (:func:`~llm_assets.storage.location_path`)."""
     catalog: Catalog
     compute: Runner
     log: Logger
@@ -262,6 +273,16 @@ def _skip_finished(
     recovered: list[ShardRecord] = []
     changed: list[str] = []
     for i, plan in enumerate(planned):
+        if storage.is_remote(plan.output_path):
+            # Recorded only once complete; what a killed run left unrecorded is never read.
+            record = known.get((plan.shard, plan.input_fingerprint))
+            if record is not None and _unchanged(record, plan.output_path):
+                records[i] = record
+            else:
+                if record is not None:
+                    changed.append(plan.shard)
+                todo.append(i)
+            continue
         done_for = completed_input_fingerprint(plan.output_path)
         if done_for is None and Path(plan.output_path).exists():
             changed.append(plan.shard)  # there, but its footer does not read: cut or damaged
@@ -418,7 +439,13 @@ def _unchanged(record: ShardRecord, path: str) -> bool:
     """Whether a finished shard's file still has the checksum its catalog row recorded (and its
     rejects file, if it has one, is still there), so that a file damaged, edited or deleted since
     is computed again rather than reused (and its damage handed to the next stage). XXH3 over a
-    file the run just read is ~0.1 s per GB."""
+    file the run just read is ~0.1 s per GB. In object storage, where that would download every
+    shard again, the object's size stands for its checksum (objects are written whole, so a cut
+    object cannot appear; one replaced by another of the same size goes unseen)."""
+    if storage.is_remote(path):
+        if record.rejects_path and storage.file_size(record.rejects_path) is None:
+            return False
+        return storage.file_size(path) == record.bytes
     if record.rejects_path and not Path(record.rejects_path).exists():
         return False  # its rejects are lost: computed again, so no reject goes missing
     legacy = not record.checksum.startswith(f"{CHECKSUM_ALGORITHM}:")  # a bare SHA-256
@@ -504,7 +531,7 @@ def _upstream(ctx: StageContext, asset: str) -> list[ShardRecord]:
                 "warehouse's current outputs, so run them one after the other, or give each "
                 "its own warehouse root"
             )
-    missing = [s.path for s in shards if not Path(s.path).exists()]
+    missing = [s.path for s in shards if not storage.exists(s.path)]
     if missing:
         raise StageInputError(
             f"{asset} shard file(s) recorded in the catalog are gone: {missing[:3]}; "

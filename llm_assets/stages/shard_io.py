@@ -20,6 +20,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from llm_assets import storage
 from llm_assets.kernels.schema import REASON, REJECT_SCHEMA, StageResult
 from llm_assets.warehouse.shards import (
     INPUT_FINGERPRINT,
@@ -197,7 +198,7 @@ def _write_shard(
                 written_rejects: str | None = rejects.commit().path
             else:
                 written_rejects = None
-                Path(rejects_path).unlink(missing_ok=True)
+                storage.remove(rejects_path)
             written = out.commit(
                 {
                     INPUT_FINGERPRINT: input_fingerprint,

@@ -8,6 +8,11 @@ Tables: ``materializations`` (one row per asset per run), ``shards`` (every shar
 with rows, bytes, checksum and what it was computed from) and ``current_shards`` (which shards make
 up each asset now). Views: one per asset over its current Parquet, one per asset's rejects
 (``<asset>_rejects``) and ``rejects`` over all of them.
+
+With the shards in object storage (``remote_root``), the file stays local and every connection
+registers the bucket's fsspec filesystem with DuckDB (DuckDB's own ``httpfs`` extension is not
+needed), so the views read the remote Parquet; a connection opened by other means (the ``duckdb``
+shell) reads the tables, not those views (see docs/object-storage.md).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
+from llm_assets import storage
 from llm_assets.constants import PIPELINE_ASSETS, TRAINING_BATCHES
 from llm_assets.kernels.schema import REJECT_SCHEMA
 
@@ -195,9 +201,13 @@ session's connection, whichever :class:`Catalog` object opened it."""
 class Catalog:
     """The warehouse's DuckDB file. Cheap to construct; connects only inside each call."""
 
-    def __init__(self, path: str | Path, lock_timeout_s: float = 60.0) -> None:
+    def __init__(
+        self, path: str | Path, lock_timeout_s: float = 60.0, remote_root: str | None = None
+    ) -> None:
         self.path = Path(path)
         self.lock_timeout_s = lock_timeout_s
+        self.remote_root = remote_root
+        """The object-storage URL of the shards the catalog records, None for a local warehouse."""
         self._session: duckdb.DuckDBPyConnection | None = None
 
     def _open_session(self) -> duckdb.DuckDBPyConnection | None:
@@ -258,6 +268,8 @@ class Catalog:
                 time.sleep(delay)
                 delay = min(delay * 2, 1.0)
         try:
+            if self.remote_root is not None:
+                con.register_filesystem(storage.filesystem(self.remote_root)[0])
             if not read_only:
                 con.execute(_SCHEMA_SQL)
             yield con
@@ -389,7 +401,7 @@ class Catalog:
                 for a, path in con.execute(
                     "SELECT asset, rejects_path FROM current_shards WHERE rejects_path IS NOT NULL"
                 ).fetchall()
-                if not Path(path).exists()
+                if not storage.exists(path)
             }
         )
         if gone:
