@@ -75,6 +75,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from llm_assets import storage
+
 # Folders are checked by batch_folders; its errors and checks are the reader's API too.
 from llm_assets.batch_folders import (
     COMPLETE_MARKER,
