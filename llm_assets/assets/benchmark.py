@@ -59,7 +59,9 @@ def benchmark_report(
     appended to the catalog table ``benchmark_results`` (history across runs and commits) as soon
     as it is measured, so a run that fails midway keeps what it measured."""
     run_id = context.run.run_id
-    base = warehouse.root_path / BENCHMARK_REPORT
+    base = (
+        warehouse.catalog_file.parent if warehouse.remote else warehouse.root_path
+    ) / BENCHMARK_REPORT
     run_dir = base / run_id
     work_dir = run_dir / "work"
     plan = BenchmarkPlan(

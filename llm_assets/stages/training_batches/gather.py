@@ -7,13 +7,13 @@ import json
 import time
 from collections import Counter
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from llm_assets import storage
 from llm_assets.constants import TRAINING_BATCHES
 from llm_assets.kernels.batching.bucketing import bucket_layout
 from llm_assets.kernels.batching.labels import (
@@ -419,7 +419,7 @@ def run_gather(task: GatherTask) -> ShardStats:
             else:
                 written_rejects = None
                 if task.rejects_path is not None:  # left by an earlier, killed attempt
-                    Path(task.rejects_path).unlink(missing_ok=True)
+                    storage.remove(task.rejects_path)
             written = writer.commit(
                 {
                     INPUT_FINGERPRINT: task.input_fingerprint,
