@@ -199,7 +199,7 @@ def _resolve(
     """(the files to read, every batch file of the folder, its completion marker) for a folder
     (local, or ``UPath`` objects in object storage), checked against its completion marker once;
     (the files as given, None, None) for explicit files."""
-    if not isinstance(source, (str, Path)):
+    if not storage.is_location(source):
         return [Path(p) for p in source], None, None
     root = storage.location_path(source)
     if not storage.is_remote(str(source)) and root.is_file():

@@ -111,6 +111,14 @@ def location_path(location: str | os.PathLike[str]) -> Path:
     return Path(location).expanduser()
 
 
+def is_location(value: Any) -> bool:
+    """Whether ``value`` is one location (a string, a local path or a :func:`location_path`
+    of a URL), not a list of them."""
+    from upath import UPath
+
+    return isinstance(value, (str, os.PathLike, UPath))
+
+
 def join(location: str | os.PathLike[str], *names: str) -> str:
     """``location`` with ``names`` appended (``/`` for URLs, the OS's separator for paths)."""
     return str(location_path(location).joinpath(*names))

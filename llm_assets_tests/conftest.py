@@ -28,6 +28,7 @@ SERIAL_FILES = (
     "kernels/filters/test_plugin.py",
     "test_ui_browser.py",
     "bench/test_benchmark_asset.py",
+    "warehouse/test_object_storage.py",
 )
 """Test files that start clusters, daemons, webservers or CLI runs, install a package, or time
 what they wait for: with ``pytest -n 2`` (scripts/test.sh) they all run on one worker, one at a

@@ -95,16 +95,33 @@ class S3:
         return sorted(obj["Key"] for page in pages for obj in page.get("Contents", []))
 
 
-@pytest.fixture
-def s3(s3_endpoint, monkeypatch) -> S3:
-    """The standard AWS environment pointed at the loopback server, and a new empty bucket."""
-    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_endpoint)
+def _use_endpoint(monkeypatch: pytest.MonkeyPatch, endpoint: str) -> None:
+    """The standard AWS environment pointed at ``endpoint``, no file of the machine read."""
+    monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
     for name, value in AWS_ENV.items():
         monkeypatch.setenv(name, value)
     for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("AWS_CONFIG_FILE", os.devnull)
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", os.devnull)
-    store = S3(endpoint=s3_endpoint, bucket=f"test-{uuid.uuid4().hex[:12]}")
+
+
+def _new_bucket(endpoint: str) -> S3:
+    store = S3(endpoint=endpoint, bucket=f"test-{uuid.uuid4().hex[:12]}")
     store.client.create_bucket(Bucket=store.bucket)
     return store
+
+
+@pytest.fixture
+def s3(s3_endpoint, monkeypatch) -> S3:
+    """The standard AWS environment pointed at the loopback server, and a new empty bucket."""
+    _use_endpoint(monkeypatch, s3_endpoint)
+    return _new_bucket(s3_endpoint)
+
+
+@pytest.fixture(scope="module")
+def s3_module(s3_endpoint) -> S3:
+    """As :func:`s3`, for a whole test module: for an expensive run that its tests share."""
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        _use_endpoint(monkeypatch, s3_endpoint)
+        yield _new_bucket(s3_endpoint)
