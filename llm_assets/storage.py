@@ -247,22 +247,16 @@ def write_bytes(location: str | os.PathLike[str], data: bytes) -> None:
         raise
 
 
-def remove(location: str | os.PathLike[str]) -> bool:
-    """Delete the file at ``location``; True when there was one."""
+def remove(location: str | os.PathLike[str]) -> None:
+    """Delete the file at ``location``, if there is one (an object store's delete does not say
+    whether there was: ask :func:`exists` first to know)."""
     location = str(location)
     if not is_remote(location):
-        try:
-            Path(location).unlink()
-        except FileNotFoundError:
-            return False
-        return True
+        Path(location).unlink(missing_ok=True)
+        return
     fs, path = filesystem(location)
-    with _remote(location, "delete"):
-        try:
-            fs.rm_file(path)
-        except FileNotFoundError:
-            return False
-    return True
+    with _remote(location, "delete"), contextlib.suppress(FileNotFoundError):
+        fs.rm_file(path)
 
 
 def remove_tree(location: str | os.PathLike[str]) -> None:

@@ -128,7 +128,11 @@ def _mark_complete(
 def _unmark_complete(folder: Path) -> bool:
     """Remove the folder's :data:`COMPLETE_MARKER` (before a run writes any of its files); True
     when there was one."""
-    return storage.remove(storage.join(folder, COMPLETE_MARKER))
+    path = storage.join(folder, COMPLETE_MARKER)
+    if not storage.exists(path):
+        return False
+    storage.remove(path)
+    return True
 
 
 def _split_bucket(key: str) -> tuple[int, int]:
