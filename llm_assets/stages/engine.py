@@ -365,6 +365,7 @@ def _run_and_record(
             code_version=code_version,
             run_id=ctx.run_id,
             seconds=stats.seconds,
+            node=stats.node,
         )
         records[todo[j]] = record
         unrecorded.append(record)

@@ -5,9 +5,9 @@ file read-write and no other process open it at the same time). A connection tha
 locked by another process waits and retries, then fails with a message that says so.
 
 Tables: ``materializations`` (one row per asset per run), ``shards`` (every shard ever written,
-with rows, bytes, checksum and what it was computed from) and ``current_shards`` (which shards make
-up each asset now). Views: one per asset over its current Parquet, one per asset's rejects
-(``<asset>_rejects``) and ``rejects`` over all of them.
+with rows, bytes, checksum, what it was computed from and on which node or host) and
+``current_shards`` (which shards make up each asset now). Views: one per asset over its current
+Parquet, one per asset's rejects (``<asset>_rejects``) and ``rejects`` over all of them.
 
 With the shards in object storage (``remote_root``), the file stays local and every connection
 registers the bucket's fsspec filesystem with DuckDB (DuckDB's own ``httpfs`` extension is not
@@ -74,6 +74,7 @@ CREATE TABLE IF NOT EXISTS shards (
     recorded_at TIMESTAMP DEFAULT current_timestamp,
     PRIMARY KEY (asset, fingerprint, shard)
 );
+ALTER TABLE shards ADD COLUMN IF NOT EXISTS node VARCHAR;
 CREATE TABLE IF NOT EXISTS current_shards (
     asset VARCHAR NOT NULL,
     position INTEGER NOT NULL,
@@ -103,6 +104,7 @@ _SHARD_COLUMNS = (
     "code_version",
     "run_id",
     "seconds",
+    "node",
 )
 
 
@@ -144,6 +146,8 @@ class ShardRecord:
     code_version: str = ""
     run_id: str = ""
     seconds: float = 0.0
+    node: str | None = None
+    """Where it was computed: ``ray:<node id>`` on Ray, else the host name (None: unknown)."""
 
     def values(self) -> list[Any]:
         row = asdict(self)
