@@ -20,6 +20,7 @@ pytest_plugins = ["llm_assets_tests.s3"]
 SERIAL_FILES = (
     "compute/test_ray_backend.py",
     "compute/test_ray_cluster.py",
+    "compute/test_ray_two_nodes.py",
     "compute/test_backends.py",
     "test_faults.py",
     "orchestration/test_runs.py",

@@ -96,6 +96,7 @@ def bucket_run(s3_module, tmp_path_factory) -> BucketRun:
     return BucketRun(s3_module, warehouse, base, output)
 
 
+@pytest.mark.slow
 def test_the_pipeline_writes_its_shards_to_the_bucket_and_reads_them_back(
     bucket_run, local_reference, tmp_path, monkeypatch
 ):
@@ -139,6 +140,7 @@ def test_the_pipeline_writes_its_shards_to_the_bucket_and_reads_them_back(
     assert not list((base / "cache").rglob("part-validation-*"))
 
 
+@pytest.mark.slow
 def test_a_remote_folder_without_its_marker_or_with_a_file_missing_is_refused(bucket_run):
     s3, warehouse = bucket_run.s3, bucket_run.warehouse
     folder = str(current_batches(warehouse.location, catalog_path=warehouse.catalog_file))
@@ -154,6 +156,7 @@ def test_a_remote_folder_without_its_marker_or_with_a_file_missing_is_refused(bu
         TokenBatchDataset(copy, "train")
 
 
+@pytest.mark.slow
 def test_what_an_interrupted_run_left_is_never_read_and_a_rerun_is_identical(bucket_run):
     """What a run killed mid-way leaves: shards uploaded but not recorded (here: garbage at
     their keys, which a reader would choke on), the batches folder without its marker, a
