@@ -56,8 +56,9 @@ from llm_assets.stages.training_batches.checks import (
     label_needs_a_padded_layout,
 )
 from llm_assets.stages.training_batches.driver import run_training_batches
+from llm_assets.storage import StorageError
 from llm_assets.warehouse.catalog import CatalogLockedError, CatalogUnreadableError
-from llm_assets.warehouse.resource import WarehouseResource
+from llm_assets.warehouse.resource import WarehouseConfigError, WarehouseResource
 
 RawDocumentsConfig = config_class(
     IngestSpec,
@@ -157,7 +158,14 @@ def _context(
     )
 
 
-_INPUT_ERRORS = (StageInputError, PathEscapeError, CatalogLockedError, CatalogUnreadableError)
+_INPUT_ERRORS = (
+    StageInputError,
+    PathEscapeError,
+    CatalogLockedError,
+    CatalogUnreadableError,
+    StorageError,
+    WarehouseConfigError,
+)
 """Errors whose message names the fix (a setting, a folder, a file): the run fails with an
 :class:`InputFailure` of that message, which the console prints without a stack."""
 
