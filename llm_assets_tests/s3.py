@@ -7,6 +7,7 @@ an ``S3`` helper with a fresh bucket of its own."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -14,6 +15,7 @@ import sys
 import time
 import urllib.request
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,11 +48,11 @@ def _wait_until_up(url: str, process: subprocess.Popen, timeout_s: float = 30.0)
     raise RuntimeError(f"moto_server did not answer on {url} within {timeout_s:.0f} s")
 
 
-@pytest.fixture(scope="session")
-def s3_endpoint(tmp_path_factory) -> str:
-    """The URL of a moto S3 server on 127.0.0.1, alive for the whole test process."""
+@contextlib.contextmanager
+def moto_server(log: Path) -> Iterator[str]:
+    """A moto S3 server on 127.0.0.1 for the block, its output in ``log``; yields its URL. (The
+    tests' fixture, and ``benchmarks/object_storage.py``.)"""
     port = _free_port()
-    log = tmp_path_factory.mktemp("moto") / "server.log"
     moto = Path(sys.executable).with_name("moto_server")
     with open(log, "wb") as out:
         process = subprocess.Popen(
@@ -63,6 +65,13 @@ def s3_endpoint(tmp_path_factory) -> str:
     finally:
         process.terminate()
         process.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint(tmp_path_factory) -> str:
+    """The URL of a moto S3 server on 127.0.0.1, alive for the whole test process."""
+    with moto_server(tmp_path_factory.mktemp("moto") / "server.log") as url:
+        yield url
 
 
 @dataclass
@@ -95,7 +104,7 @@ class S3:
         return sorted(obj["Key"] for page in pages for obj in page.get("Contents", []))
 
 
-def _use_endpoint(monkeypatch: pytest.MonkeyPatch, endpoint: str) -> None:
+def use_endpoint(monkeypatch: pytest.MonkeyPatch, endpoint: str) -> None:
     """The standard AWS environment pointed at ``endpoint``, no file of the machine read."""
     monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
     for name, value in AWS_ENV.items():
@@ -106,7 +115,7 @@ def _use_endpoint(monkeypatch: pytest.MonkeyPatch, endpoint: str) -> None:
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", os.devnull)
 
 
-def _new_bucket(endpoint: str) -> S3:
+def new_bucket(endpoint: str) -> S3:
     store = S3(endpoint=endpoint, bucket=f"test-{uuid.uuid4().hex[:12]}")
     store.client.create_bucket(Bucket=store.bucket)
     return store
@@ -115,13 +124,13 @@ def _new_bucket(endpoint: str) -> S3:
 @pytest.fixture
 def s3(s3_endpoint, monkeypatch) -> S3:
     """The standard AWS environment pointed at the loopback server, and a new empty bucket."""
-    _use_endpoint(monkeypatch, s3_endpoint)
-    return _new_bucket(s3_endpoint)
+    use_endpoint(monkeypatch, s3_endpoint)
+    return new_bucket(s3_endpoint)
 
 
 @pytest.fixture(scope="module")
 def s3_module(s3_endpoint) -> S3:
     """As :func:`s3`, for a whole test module: for an expensive run that its tests share."""
     with pytest.MonkeyPatch.context() as monkeypatch:
-        _use_endpoint(monkeypatch, s3_endpoint)
-        yield _new_bucket(s3_endpoint)
+        use_endpoint(monkeypatch, s3_endpoint)
+        yield new_bucket(s3_endpoint)
