@@ -8,15 +8,17 @@ from run config, so they never reach logs or the catalog."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import shutil
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import fsspec
+import fsspec.asyn
 from fsspec.core import url_to_fs
 
 
@@ -48,6 +50,46 @@ def filesystem(location: str) -> tuple[fsspec.AbstractFileSystem, str]:
             f"cannot open {location!r}: no filesystem for {scheme_of(location)!r} URLs is "
             f"installed ({exc})"
         ) from exc
+
+
+QUERY_BLOCK_BYTES = 1 << 20
+"""What one read of a DuckDB query fetches from an object at least (a ranged GET)."""
+
+
+@functools.cache
+def _remembering(cls: type) -> type:
+    """``cls`` (an async fsspec filesystem class), remembering the details it looked up."""
+
+    class Remembering(cls):  # type: ignore[misc,valid-type]
+        async def _info(self, path: str, *args: Any, **kwargs: Any) -> dict[str, Any]:
+            # (Positional arguments are the path's bucket and key, given apart.)
+            if kwargs.get("refresh") or kwargs.get("version_id") is not None:
+                return await super()._info(path, *args, **kwargs)
+            key = self._strip_protocol(path)
+            if key not in self._remembered:
+                self._remembered[key] = await super()._info(path, *args, **kwargs)
+            return self._remembered[key]
+
+        def open(self, path: str, mode: str = "rb", block_size: int | None = None, **kw: Any):
+            # DuckDB reads a footer, then column chunks: fetch those, not 50 MiB from each.
+            return super().open(path, mode, block_size=block_size or QUERY_BLOCK_BYTES, **kw)
+
+    Remembering.__name__ = f"Remembering{cls.__name__}"
+    return Remembering
+
+
+def query_filesystem(location: str) -> fsspec.AbstractFileSystem:
+    """A new instance of ``location``'s filesystem for one DuckDB connection (to register with
+    it), which looks each object's details up once: DuckDB asks for a file's details and size
+    three times each time it opens it, and it opens every file of a view each time it binds it.
+    For one connection's life: the objects a query reads are complete shards, which no one
+    changes meanwhile."""
+    fs, _ = filesystem(location)
+    if not isinstance(fs, fsspec.asyn.AsyncFileSystem):
+        return fs
+    remembering = _remembering(type(fs))(**fs.storage_options, skip_instance_cache=True)
+    remembering._remembered = {}
+    return remembering
 
 
 def bucket_and_key(location: str) -> tuple[str, str]:
@@ -313,36 +355,62 @@ def download_file(location: str, local: str | os.PathLike[str]) -> None:
         fs.get_file(path, str(local))
 
 
-def arrow_filesystem(location: str | os.PathLike[str]) -> tuple[str, Any]:
-    """(path, pyarrow filesystem) for pyarrow's readers: the local path and None, or the path
-    within the bucket and the fsspec filesystem wrapped for Arrow."""
-    location = str(location)
-    if not is_remote(location):
-        return location, None
-    import pyarrow.fs as pafs
+WHOLE_READ_BYTES = 32 << 20
+"""A Parquet object up to this size is fetched whole, in one GET, when opened (a shard is read
+whole by the task that opens it); a larger one is read in ranged GETs of
+:data:`READ_BLOCK_BYTES`, as pyarrow asks for its footer, row groups and columns."""
+
+READ_BLOCK_BYTES = 8 << 20
+
+FOOTER_READ_BYTES = 64 << 10
+"""Bytes fetched from the end of a Parquet object for its footer alone: one suffix-range GET,
+no HEAD (a footer longer than that is read in a second round)."""
+
+
+def _remote_parquet_source(location: str) -> Any:
+    """What pyarrow reads a remote Parquet file from: its bytes for a small one (a HEAD and one
+    GET), else a file that fetches ranges (:data:`WHOLE_READ_BYTES`)."""
+    import pyarrow as pa
 
     fs, path = filesystem(location)
-    return path, pafs.PyFileSystem(pafs.FSSpecHandler(fs))
+    with _remote(location, "read"):
+        handle = fs.open(path, "rb", block_size=READ_BLOCK_BYTES, cache_type="readahead")
+        if handle.size <= WHOLE_READ_BYTES:
+            with handle:
+                return pa.py_buffer(handle.read())
+    return pa.PythonFile(handle, mode="r")
 
 
 def parquet_file(location: str | os.PathLike[str], **kwargs: Any) -> Any:
-    """A ``pyarrow.parquet.ParquetFile`` over the file at ``location`` (reads only what is
-    asked: the footer, then the row groups and columns read; ranged GETs in object storage)."""
-    import pyarrow.parquet as pq
-
-    path, fs = arrow_filesystem(location)
-    if fs is None:
-        return pq.ParquetFile(path, **kwargs)
-    with _remote(str(location), "read"):
-        return pq.ParquetFile(path, filesystem=fs, **kwargs)
-
-
-def parquet_metadata(location: str | os.PathLike[str]) -> Any:
-    """The footer (``FileMetaData``) of the Parquet file at ``location``."""
+    """A ``pyarrow.parquet.ParquetFile`` over the file at ``location`` (in object storage, see
+    :data:`WHOLE_READ_BYTES`)."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     if not is_remote(str(location)):
+        return pq.ParquetFile(location, **kwargs)
+    source = _remote_parquet_source(str(location))
+    if isinstance(source, pa.Buffer):
+        source = pa.BufferReader(source)
+    with _remote(str(location), "read"):
+        return pq.ParquetFile(source, **kwargs)
+
+
+def parquet_metadata(location: str | os.PathLike[str]) -> Any:
+    """The footer (``FileMetaData``) of the Parquet file at ``location`` (in object storage:
+    :data:`FOOTER_READ_BYTES`)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    location = str(location)
+    if not is_remote(location):
         return pq.read_metadata(location)
+    fs, path = filesystem(location)
+    with _remote(location, "read"):
+        tail = fs.cat_file(path, start=-FOOTER_READ_BYTES)
+    footer = int.from_bytes(tail[-8:-4], "little") + 8 if len(tail) >= 8 else None
+    if tail[-4:] == b"PAR1" and footer is not None and footer <= len(tail):
+        return pq.read_metadata(pa.BufferReader(tail))
     return parquet_file(location).metadata
 
 
@@ -352,18 +420,46 @@ def parquet_schema(location: str | os.PathLike[str]) -> Any:
 
     if not is_remote(str(location)):
         return pq.read_schema(location)
-    return parquet_file(location).schema_arrow
+    return parquet_metadata(location).schema.to_arrow_schema()
 
 
 def read_parquet(location: str | os.PathLike[str], **kwargs: Any) -> Any:
     """``pyarrow.parquet.read_table`` of the file at ``location``."""
     import pyarrow.parquet as pq
 
-    path, fs = arrow_filesystem(location)
-    if fs is None:
-        return pq.read_table(path, **kwargs)
+    if not is_remote(str(location)):
+        return pq.read_table(location, **kwargs)
+    source = _remote_parquet_source(str(location))
     with _remote(str(location), "read"):
-        return pq.read_table(path, filesystem=fs, **kwargs)
+        return pq.read_table(source, **kwargs)
+
+
+def file_sizes(locations: Iterable[str]) -> dict[str, int | None]:
+    """The size of the file at each location (None where there is none): a ``stat`` each
+    locally; in object storage one listing per folder they are in, not a request per file."""
+    sizes: dict[str, int | None] = {}
+    folders: dict[str, list[str]] = {}
+    for location in locations:
+        location = str(location)
+        if is_remote(location):
+            folders.setdefault(location.rsplit("/", 1)[0], []).append(location)
+        else:
+            sizes[location] = file_size(location)
+    for folder, members in folders.items():
+        fs, path = filesystem(folder)
+        with _remote(folder, "list"):
+            try:
+                listed = {
+                    entry["name"].rstrip("/"): entry.get("size")
+                    for entry in fs.ls(path, detail=True)
+                    if entry.get("type") != "directory"
+                }
+            except FileNotFoundError:
+                listed = {}
+        for location in members:
+            size = listed.get(filesystem(location)[1])
+            sizes[location] = None if size is None else int(size)
+    return sizes
 
 
 class ObjectWriter:

@@ -214,7 +214,8 @@ def _write_shard(
                 written_rejects: str | None = rejects.commit().path
             else:
                 written_rejects = None
-                storage.remove(rejects_path)
+                if not storage.is_remote(rejects_path):  # in a bucket, unrecorded: never read
+                    storage.remove(rejects_path)
             written = out.commit(
                 {
                     INPUT_FINGERPRINT: input_fingerprint,

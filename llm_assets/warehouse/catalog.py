@@ -273,7 +273,12 @@ class Catalog:
                 delay = min(delay * 2, 1.0)
         try:
             if self.remote_root is not None:
-                con.register_filesystem(storage.filesystem(self.remote_root)[0])
+                # A filesystem of its own per connection: it remembers the objects' details for
+                # the connection's life (a stage's session at most), never across stages.
+                con.register_filesystem(storage.query_filesystem(self.remote_root))
+                # Each view's rebuild binds every view again (``rejects`` over all of them):
+                # one footer read per object and connection, not one per bind.
+                con.execute("SET parquet_metadata_cache = true")
             if not read_only:
                 con.execute(_SCHEMA_SQL)
             yield con
@@ -390,35 +395,34 @@ class Catalog:
             body = f"SELECT {columns} WHERE false"
         con.execute(f"CREATE OR REPLACE VIEW {asset}_rejects AS {body}")
         existing = {
-            row[0]
-            for row in con.execute(
-                "SELECT view_name FROM duckdb_views() WHERE NOT internal"
+            name: comment
+            for name, comment in con.execute(
+                "SELECT view_name, comment FROM duckdb_views() WHERE NOT internal"
             ).fetchall()
         }
         # An asset whose current rejects file is gone (deleted by hand) would make the view, and
         # so every stage's record, fail: it is left out, with a warning, until that asset is
         # materialized again (its stage then recomputes the shard: see the stage engine's
         # _unchanged).
-        gone = sorted(
-            {
-                a
-                for a, path in con.execute(
-                    "SELECT asset, rejects_path FROM current_shards WHERE rejects_path IS NOT NULL"
-                ).fetchall()
-                if not storage.exists(path)
-            }
-        )
+        recorded = con.execute(
+            "SELECT asset, rejects_path FROM current_shards WHERE rejects_path IS NOT NULL"
+        ).fetchall()
+        sizes = storage.file_sizes(path for _, path in recorded)
+        gone = sorted({a for a, path in recorded if sizes[path] is None})
         if gone:
             _log.warning(
                 f"rejects of {gone} left out of the rejects view: their current rejects file(s) "
                 "are missing; materialize those assets again to rewrite them"
             )
-        parts = [
-            f"SELECT * FROM {a}_rejects"
-            for a in PIPELINE_ASSETS
-            if f"{a}_rejects" in existing and a not in gone
-        ]
-        con.execute(f"CREATE OR REPLACE VIEW rejects AS {' UNION ALL '.join(parts)}")
+        parts = [a for a in PIPELINE_ASSETS if f"{a}_rejects" in existing and a not in gone]
+        # Views are bound when created: creating ``rejects`` again reads every asset's rejects
+        # files (their footers), which for a warehouse in object storage is a request or two
+        # each. The views it unites keep their names and columns when replaced, so it is
+        # created again only when the set changes (its comment names the set).
+        if existing.get("rejects") != ",".join(parts):
+            union = " UNION ALL ".join(f"SELECT * FROM {a}_rejects" for a in parts)
+            con.execute(f"CREATE OR REPLACE VIEW rejects AS {union}")
+            con.execute(f"COMMENT ON VIEW rejects IS '{','.join(parts)}'")
 
     # --- reads ------------------------------------------------------------------------------
     def current_shards(self, asset: str) -> list[ShardRecord]:

@@ -234,8 +234,8 @@ def read_footer_metadata(path: str | Path) -> dict[str, str]:
 
 def completed_input_fingerprint(path: str | Path) -> str | None:
     """The input fingerprint a finished shard was computed from, or None if it is not there."""
-    if not storage.exists(path):
-        return None
+    if not is_remote(str(path)) and not Path(path).exists():
+        return None  # (in object storage, the footer's read says so: one request, not two)
     try:
         return read_footer_metadata(path).get(INPUT_FINGERPRINT)
     except (OSError, pa.ArrowInvalid):

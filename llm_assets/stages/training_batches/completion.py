@@ -9,7 +9,7 @@ from typing import Any
 
 from llm_assets import storage
 from llm_assets.constants import TRAINING_BATCHES
-from llm_assets.stages.engine import StageContext, _unchanged
+from llm_assets.stages.engine import StageContext, _remote_sizes, _unchanged
 from llm_assets.stages.training_batches.megatron import megatron_done
 from llm_assets.stages.training_batches.scatter import SPLITS
 from llm_assets.storage import location_path
@@ -53,10 +53,11 @@ def _complete_batches(
     records = ctx.catalog.stage_shards(TRAINING_BATCHES, stage_fp)
     if len(records) != shards:
         return None
+    sizes = _remote_sizes(records)
     for record in records:
         if completed_input_fingerprint(record.path) != record.input_fingerprint:
             return None
-        if not _unchanged(record, record.path):
+        if not _unchanged(record, record.path, sizes):
             return None
     recorded = json.loads(extra) if extra else {}
     if megatron and not all(
@@ -77,10 +78,11 @@ def _completion_marker(
     files' sizes. No run id or time: a re-run that writes the same files writes the same marker
     (the catalog's materializations say which run wrote the folder)."""
     files = {}
+    sizes = storage.file_sizes(record.path for record in records)
     for record in records:
         files[location_path(record.path).name] = {
             "rows": record.rows_out,
-            "bytes": storage.file_size(record.path),
+            "bytes": sizes[record.path],
             "checksum": record.checksum,
         }
     exports = {}

@@ -418,7 +418,8 @@ def run_gather(task: GatherTask) -> ShardStats:
                 written_rejects: str | None = rejects.commit().path
             else:
                 written_rejects = None
-                if task.rejects_path is not None:  # left by an earlier, killed attempt
+                if task.rejects_path is not None and not storage.is_remote(task.rejects_path):
+                    # Left by an earlier, killed attempt (in a bucket, unrecorded: never read).
                     storage.remove(task.rejects_path)
             written = writer.commit(
                 {

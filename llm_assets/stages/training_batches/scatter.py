@@ -214,13 +214,29 @@ def read_scatter_pieces(pieces: Iterable[ScatterPiece]) -> pa.Table | None:
     return pa.Table.from_batches(batches) if batches else None
 
 
+_SCHEMA_MESSAGES: dict[tuple[str, int, int], bytes] = {}
+"""The schema messages of scatter objects this process fetched, by (URL, offset, length): every
+gather task reads one piece of every scatter file, each starting with that file's schema, which
+a file named by its input and settings holds unchanged (a ranged GET saved per file and task)."""
+
+_SCHEMA_MESSAGES_HELD = 4096
+
+
 def _piece_bytes(pieces: list[ScatterPiece]) -> list[tuple[bytes, bytes]]:
     """The schema and batch messages of each piece: two reads of one open file locally; in
-    object storage every message of every piece fetched concurrently (a ranged GET each)."""
+    object storage each file's schema message once and every batch message, fetched
+    concurrently (a ranged GET each)."""
     if any(is_remote(piece[0]) for piece in pieces):
-        ranges = [r for p in pieces for r in ((p[0], p[1], p[2]), (p[0], p[3], p[4]))]
-        fetched = storage.read_ranges(ranges)
-        return list(zip(fetched[0::2], fetched[1::2], strict=True))
+        heads = sorted({(p[0], p[1], p[2]) for p in pieces} - _SCHEMA_MESSAGES.keys())
+        fetched = storage.read_ranges(heads + [(p[0], p[3], p[4]) for p in pieces])
+        if len(_SCHEMA_MESSAGES) + len(heads) > _SCHEMA_MESSAGES_HELD:
+            _SCHEMA_MESSAGES.clear()
+        _SCHEMA_MESSAGES.update(zip(heads, fetched[: len(heads)], strict=True))
+        bodies = fetched[len(heads) :]
+        return [
+            (_SCHEMA_MESSAGES[(p[0], p[1], p[2])], body)
+            for p, body in zip(pieces, bodies, strict=True)
+        ]
     out = []
     for path, schema_offset, schema_length, offset, length in pieces:
         fd = os.open(path, os.O_RDONLY)
