@@ -520,4 +520,5 @@ class ObjectWriter:
         """Abandon the object: nothing appears (a started multipart upload is aborted)."""
         with contextlib.suppress(Exception):
             self._file.discard()
+        self._file.closed = True  # else its finalizer would try to upload what is left
         self.closed = True
