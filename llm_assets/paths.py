@@ -7,10 +7,11 @@ directory, and messages show the absolute path. What a run finds on disk rather 
 held to the folders it was given: a symbolic link inside an input folder may lead anywhere inside
 that folder or inside the data root, and is refused, named, when it leads elsewhere (a link
 dropped into a watched folder cannot make a run read ``~/.ssh``). The warehouse a run writes must
-lie inside the data root. An ``input_dir`` in object storage (``s3://bucket/prefix``) has no links
-and is not held to the data root: these rules concern local folders (and ``file://`` URLs, which
-name one). The data root is the warehouse resource's ``data_root``, else
-``$LLM_ASSETS_DATA_ROOT``, else the folder that holds the warehouse (``data/`` by default).
+lie inside the data root when it is a local folder (one in object storage is where its URL says).
+An ``input_dir`` in object storage (``s3://bucket/prefix``) has no links and is not held to the
+data root: these rules concern local folders (and ``file://`` URLs, which name one). The data root
+is the warehouse resource's ``data_root``, else ``$LLM_ASSETS_DATA_ROOT``, else the folder that
+holds the warehouse (``data/`` by default), or its catalog for one in object storage.
 """
 
 from __future__ import annotations

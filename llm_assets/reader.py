@@ -48,6 +48,11 @@ from), or the reader refuses them (:class:`MixedSourcesError`). The pipeline wri
 state to its own folder, so that holds for its folders; the check is there for folders filled
 some other way (copies, older warehouses whose batch folder several upstream states shared).
 
+A folder in object storage (``s3://bucket/.../training_batches/<fingerprint>``) is checked the
+same way (one listing and the marker's read); the batch files of the split read are downloaded
+whole to a local cache, checked against the marker's checksums, and memory-mapped from there (see
+:mod:`llm_assets.batch_folders`).
+
 Files are opened memory-mapped and decoded one row group at a time (the writer sizes row groups
 for random access); list columns become numpy views over the group's flat buffer, with no Python
 object per token.
@@ -61,8 +66,6 @@ column named in ``columns`` that a file lacks is refused (``KeyError``).
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -71,6 +74,20 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from llm_assets import storage
+
+# Folders are checked by batch_folders; its errors and checks are the reader's API too.
+from llm_assets.batch_folders import (
+    COMPLETE_MARKER,
+    SPLITS,
+    IncompleteBatchesError,  # noqa: F401
+    cached_copies,
+    check_complete,  # noqa: F401
+    check_marker,
+    listed_batch_files,
+    megatron_prefixes,  # noqa: F401
+)
+from llm_assets.batch_folders import file_order as _file_order
 from llm_assets.constants import CATALOG_FILE, DEFAULT_WAREHOUSE_DIR, TRAINING_BATCHES
 from llm_assets.kernels.batching.metadata import META_PREFIX
 from llm_assets.kernels.batching.sequences import BATCH, DOC_IDS
@@ -93,22 +110,6 @@ SOURCE_FINGERPRINT = f"{META_PREFIX}source_fingerprint"
 settings) it was computed from; equal in every file of one consistent set."""
 
 
-SPLITS = ("train", "validation")
-"""The splits the pipeline writes (as ``llm_assets.stages.training_batches.scatter.SPLITS``): one
-of them with no file in a batches folder is empty; any other name is refused as unknown."""
-
-_PART = re.compile(r"^part-(?P<split>.+)-(?P<bucket>\d+)\.parquet$")
-
-COMPLETE_MARKER = "_COMPLETE.json"
-"""The completion marker of a batches folder (as
-``llm_assets.stages.training_batches.completion.COMPLETE_MARKER``), written last, atomically, by
-the run that wrote and recorded the whole folder, and removed before a run changes any of its
-files. A JSON object: ``files`` maps each batch file's name to its ``rows``, ``bytes`` and
-``checksum``; ``megatron`` maps each split of the export to its ``prefix`` (relative
-to the folder), ``bin_bytes`` and ``idx_bytes``; also ``fingerprint`` (the folder's name) and
-``source_fingerprint``. Its name starts with ``_``, so nothing takes it for a batch file."""
-
-
 class MetadataMismatchError(ValueError):
     """A file whose schema metadata does not match what the caller expects."""
 
@@ -125,126 +126,32 @@ class MixedSourcesError(MetadataMismatchError):
     validation both."""
 
 
-class IncompleteBatchesError(ValueError):
-    """A batches folder that is not known to be one complete set of batch files: it has no
-    completion marker (:data:`COMPLETE_MARKER`; a run stopped while writing it, or it was written
-    by a release before the markers), or its files differ from the ones the marker lists. Reading
-    it could train on part of the data without a word."""
-
-
-_AGAIN = (
-    "Materialize training_batches again (it completes the folder, or only marks it when it is "
-    "complete), or read the current folder (the training_batches materialization's 'folder' "
-    "metadata, or current_shards in the warehouse catalog)"
-)
-
-
-def check_complete(folder: str | Path) -> dict[str, Any]:
-    """The completion marker of a batches folder, after checking that the folder's batch files
-    are exactly the ones it lists, with their sizes; :class:`IncompleteBatchesError` if there is
-    no marker or the files differ. What the datasets do for a folder (see the module docstring)."""
-    root = Path(folder)
-    return _check_marker(root, sorted(root.glob("part-*.parquet"), key=_file_order))
-
-
-def _check_marker(root: Path, every: Sequence[Path]) -> dict[str, Any]:
-    path = root / COMPLETE_MARKER
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise IncompleteBatchesError(
-            f"{root} is incomplete: it has no completion marker {COMPLETE_MARKER}, which "
-            "training_batches writes last, once every batch file of the folder is written. A run "
-            "stopped while writing it (it may hold only some of its files), or a release from "
-            f"before the markers wrote it. {_AGAIN}"
-        ) from None
-    except OSError as error:
-        raise IncompleteBatchesError(f"{path} cannot be read ({error}). {_AGAIN}") from error
-    try:
-        marker = json.loads(text)
-        listed = marker["files"]
-        sizes = {str(name): int(entry["bytes"]) for name, entry in listed.items()}
-    except (ValueError, TypeError, KeyError, AttributeError) as error:
-        raise IncompleteBatchesError(
-            f"{path} is not a completion marker of training_batches ({error!r}). {_AGAIN}"
-        ) from None
-    present = {p.name: p for p in every}
-    missing = sorted(set(sizes) - set(present), key=lambda n: _file_order(Path(n)))
-    unlisted = sorted(set(present) - set(sizes), key=lambda n: _file_order(Path(n)))
-    resized = [
-        name
-        for name, p in sorted(present.items(), key=lambda item: _file_order(item[1]))
-        if name in sizes and p.stat().st_size != sizes[name]
-    ]
-    if missing or unlisted or resized:
-        found = "; ".join(
-            f"{what}: {', '.join(names[:5])}" + (f" and {len(names) - 5} more" if names[5:] else "")
-            for what, names in (
-                ("missing", missing),
-                ("not listed", unlisted),
-                ("of another size than listed", resized),
-            )
-            if names
-        )
-        raise IncompleteBatchesError(
-            f"{root}: its batch files differ from the ones its completion marker "
-            f"{COMPLETE_MARKER} lists ({found}): it is not the complete set training_batches "
-            f"wrote. {_AGAIN}"
-        )
-    return marker
-
-
-def megatron_prefixes(folder: str | Path) -> dict[str, str]:
-    """The Megatron-LM dataset prefixes (``--data-path``) of a batches folder's ``megatron/``
-    export, by split, after checking the folder's completion marker (:func:`check_complete`) and
-    that the ``.bin`` and ``.idx`` it lists are there with their sizes: pointing Megatron-LM at
-    the files directly skips that check. :class:`IncompleteBatchesError` if they are not;
-    ``FileNotFoundError`` when the folder has no export (materialized without ``megatron``)."""
-    root = Path(folder)
-    marker = check_complete(root)
-    exports = marker.get("megatron") or {}
-    if not exports:
-        raise FileNotFoundError(
-            f"{root} has no Megatron export (its completion marker lists none): materialize "
-            "training_batches with megatron: true"
-        )
-    prefixes: dict[str, str] = {}
-    for split, entry in sorted(exports.items()):
-        try:
-            prefix = root / entry["prefix"]
-            sizes = {".bin": int(entry["bin_bytes"]), ".idx": int(entry["idx_bytes"])}
-        except (KeyError, TypeError, ValueError) as error:
-            raise IncompleteBatchesError(
-                f"{root / COMPLETE_MARKER}: its megatron entry {split!r} is not one "
-                f"training_batches writes ({error!r}). {_AGAIN}"
-            ) from None
-        for ext, listed in sizes.items():
-            path = Path(f"{prefix}{ext}")
-            size = path.stat().st_size if path.exists() else None
-            if size != listed:
-                found = "missing" if size is None else f"{size} bytes"
-                raise IncompleteBatchesError(
-                    f"{path} is not the Megatron file training_batches wrote ({found}, "
-                    f"{listed} bytes listed in {root / COMPLETE_MARKER}). {_AGAIN}"
-                )
-        prefixes[split] = str(prefix)
-    return prefixes
-
-
 class NoBatchesError(FileNotFoundError):
     """A warehouse without a catalog, or whose catalog records no ``training_batches``."""
 
 
 def current_batches(
-    warehouse: str | Path = DEFAULT_WAREHOUSE_DIR, *, lock_timeout_s: float = 10.0
+    warehouse: str | Path = DEFAULT_WAREHOUSE_DIR,
+    *,
+    catalog_path: str | Path | None = None,
+    lock_timeout_s: float = 10.0,
 ) -> Path:
     """The absolute folder of the current training batches of ``warehouse`` (the warehouse
-    root of a pipeline run, relative to the working directory), as its catalog records them.
+    root of a pipeline run, relative to the working directory, or its object-storage URL), as
+    its catalog records them: ``catalog_path`` (the warehouse resource's), by default
+    ``catalog.duckdb`` in a local ``warehouse``; required for one in object storage. The folder
+    of a warehouse in object storage is a ``UPath`` (``str()`` gives its URL).
 
     Read-only; DuckDB lets no process open it while a run writes it: after ``lock_timeout_s``,
     :class:`CatalogLockedError`. :class:`NoBatchesError`: no catalog, or no batches in it."""
-    root = Path(warehouse).expanduser().resolve()
-    path = root / CATALOG_FILE
+    remote = storage.is_remote(str(warehouse))
+    if remote and catalog_path is None:
+        raise NoBatchesError(
+            f"the warehouse {str(warehouse)!r} is in object storage: name its catalog too "
+            "(catalog_path=..., the warehouse resource's catalog_path)"
+        )
+    root = storage.location_path(warehouse) if remote else Path(warehouse).expanduser().resolve()
+    path = Path(catalog_path).expanduser().resolve() if catalog_path else root / CATALOG_FILE
     if not path.is_file():
         raise NoBatchesError(
             f"no warehouse catalog {path} (warehouse {str(warehouse)!r}, resolved against "
@@ -268,15 +175,6 @@ def current_batches(
     return stage_dir(root, TRAINING_BATCHES, current)
 
 
-def _file_order(path: Path) -> tuple[str, int, str]:
-    """Sort key of a batch file: (split, bucket number), so that files past bucket 99,999, whose
-    numbers have more than five digits, still follow bucket order; other names sort by name."""
-    match = _PART.match(path.name)
-    if match is None:
-        return path.name, -1, path.name
-    return match["split"], int(match["bucket"]), path.name
-
-
 def batch_files(source: str | Path | Sequence[str | Path], split: str | None = None) -> list[Path]:
     """The Parquet files of a batches folder (optionally one split), or an explicit list.
 
@@ -288,24 +186,27 @@ def batch_files(source: str | Path | Sequence[str | Path], split: str | None = N
     ``split`` is one of :data:`SPLITS`, and ``ValueError`` for another name. A folder that is not
     marked complete, or whose files differ from its marker's list, raises
     :class:`IncompleteBatchesError` (:func:`check_complete`). Explicit files (a list, or one
-    file's path) are returned as given, unchecked."""
+    file's path) are returned as given, unchecked. A folder in object storage gives its files'
+    URLs (as ``UPath`` objects), nothing downloaded."""
     return _resolve(source, split)[0]
 
 
 def _resolve(
     source: str | Path | Sequence[str | Path], split: str | None
-) -> tuple[list[Path], list[Path] | None]:
-    """(the files to read, every batch file of the folder) for a folder, checked against its
-    completion marker once; (the files as given, None) for explicit files."""
-    if not isinstance(source, (str, Path)):
-        return [Path(p) for p in source], None
-    root = Path(source)
-    if root.is_file():
-        return [root], None
-    every = sorted(root.glob("part-*.parquet"), key=_file_order)
-    if every or (root / COMPLETE_MARKER).exists():
-        _check_marker(root, every)
-    if not every and (root / COMPLETE_MARKER).exists():
+) -> tuple[list[Path], list[Path] | None, dict[str, Any] | None]:
+    """(the files to read, every batch file of the folder, its completion marker) for a folder
+    (local, or ``UPath`` objects in object storage), checked against its completion marker once;
+    (the files as given, None, None) for explicit files."""
+    if not storage.is_location(source):
+        return [Path(p) for p in source], None, None
+    root = storage.location_path(source)
+    if not storage.is_remote(str(source)) and root.is_file():
+        return [root], None, None
+    listed = listed_batch_files(root)
+    every = sorted((root / name for name in listed), key=_file_order)
+    marked = storage.exists(root / COMPLETE_MARKER)
+    marker = check_marker(root, listed) if every or marked else None
+    if not every and marked:
         # Complete and empty: read as empty splits, training would run zero steps unnoticed.
         raise FileNotFoundError(
             f"no batch files (part-*.parquet) under {root}: the run that wrote it kept no "
@@ -315,7 +216,7 @@ def _resolve(
     if not every:
         raise FileNotFoundError(f"no batch files (part-*.parquet) under {root}")
     if split is None:
-        return every, every
+        return every, every, marker
     files = [p for p in every if _file_order(p)[0] == split]
     if not files and split not in SPLITS:
         present = sorted({_file_order(p)[0] for p in every})
@@ -323,11 +224,23 @@ def _resolve(
             f"{root} has no split {split!r}: its batch files are of {', '.join(present)} "
             f"(the pipeline writes {', '.join(SPLITS)})"
         )
-    return files, every
+    return files, every, marker
+
+
+def _local(
+    files: list[Path], marker: dict[str, Any] | None, cache_dir: str | Path | None
+) -> list[Path]:
+    """``files``, those in object storage replaced by their local copies (downloaded to the
+    cache when it lacks them: :func:`~llm_assets.batch_folders.cached_copies`)."""
+    remote = [p for p in files if storage.is_remote(str(p))]
+    if not remote or marker is None:
+        return files
+    copies = dict(zip(remote, cached_copies(remote, marker, cache_dir), strict=True))
+    return [copies.get(p, p) for p in files]
 
 
 def _schema_metadata(path: Path) -> dict[str, str]:
-    raw = pq.read_schema(path).metadata or {}
+    raw = storage.parquet_schema(str(path)).metadata or {}
     return {k.decode(): v.decode() for k, v in raw.items()}
 
 
@@ -653,7 +566,9 @@ class TokenBatchDataset(_MapBase):  # type: ignore[misc,valid-type]
     0, ``metadata`` ``{}``; the expected metadata is then checked on the other split's files.
 
     A folder must be marked complete by ``training_batches`` (:class:`IncompleteBatchesError`
-    otherwise; see :func:`check_complete`); a list of files is read as given."""
+    otherwise; see :func:`check_complete`); a list of files is read as given. A folder in object
+    storage (``s3://...``) is checked the same way, and the files read are downloaded to a local
+    cache (``cache_dir``; see :mod:`llm_assets.batch_folders`) and memory-mapped from there."""
 
     def __init__(
         self,
@@ -668,6 +583,7 @@ class TokenBatchDataset(_MapBase):  # type: ignore[misc,valid-type]
         return_tensors: str = "np",
         columns: Sequence[str] | None = None,
         batches: bool = False,
+        cache_dir: str | Path | None = None,
     ) -> None:
         if return_tensors not in ("np", "pt"):
             raise ValueError(f"return_tensors must be 'np' or 'pt', got {return_tensors!r}")
@@ -680,9 +596,12 @@ class TokenBatchDataset(_MapBase):  # type: ignore[misc,valid-type]
             "split": split,
         }
         # A folder is checked against its completion marker once, here (explicit files are not).
-        files, folder_files = _resolve(source, split)
+        files, folder_files, marker = _resolve(source, split)
+        files = _local(files, marker, cache_dir)
         if not files:  # an empty split: still refuse a folder of the wrong tokenizer or layout
             others = folder_files or []
+            if batches:
+                others = _local(others, marker, cache_dir)
             for path in others:
                 _check_metadata(path, {**expected, "split": None})
             if batches and others:  # and batches=True where the folder has no pre-formed batches
@@ -706,11 +625,13 @@ class TokenBatchDataset(_MapBase):  # type: ignore[misc,valid-type]
         cls,
         warehouse: str | Path = DEFAULT_WAREHOUSE_DIR,
         split: str | None = "train",
+        *,
+        catalog_path: str | Path | None = None,
         **kwargs: Any,
     ) -> TokenBatchDataset:
-        """The current batches of ``warehouse`` (:func:`current_batches`): no fingerprint to
-        look up. ``kwargs`` are those of the constructor."""
-        return cls(current_batches(warehouse), split, **kwargs)
+        """The current batches of ``warehouse`` (:func:`current_batches`, with its
+        ``catalog_path``): no fingerprint to look up. ``kwargs`` are those of the constructor."""
+        return cls(current_batches(warehouse, catalog_path=catalog_path), split, **kwargs)
 
     @property
     def metadata(self) -> dict[str, str]:
@@ -766,10 +687,12 @@ class IterableTokenBatches(_IterBase):  # type: ignore[misc,valid-type]
         cls,
         warehouse: str | Path = DEFAULT_WAREHOUSE_DIR,
         split: str | None = "train",
+        *,
+        catalog_path: str | Path | None = None,
         **kwargs: Any,
     ) -> IterableTokenBatches:
         """The current batches of ``warehouse``, as :meth:`TokenBatchDataset.from_warehouse`."""
-        return cls(current_batches(warehouse), split, **kwargs)
+        return cls(current_batches(warehouse, catalog_path=catalog_path), split, **kwargs)
 
     def __len__(self) -> int:
         return len(self._map)

@@ -20,6 +20,7 @@ pytest_plugins = ["llm_assets_tests.s3"]
 SERIAL_FILES = (
     "compute/test_ray_backend.py",
     "compute/test_ray_cluster.py",
+    "compute/test_ray_two_nodes.py",
     "compute/test_backends.py",
     "test_faults.py",
     "orchestration/test_runs.py",
@@ -28,6 +29,7 @@ SERIAL_FILES = (
     "kernels/filters/test_plugin.py",
     "test_ui_browser.py",
     "bench/test_benchmark_asset.py",
+    "warehouse/test_object_storage.py",
 )
 """Test files that start clusters, daemons, webservers or CLI runs, install a package, or time
 what they wait for: with ``pytest -n 2`` (scripts/test.sh) they all run on one worker, one at a

@@ -7,6 +7,7 @@ an ``S3`` helper with a fresh bucket of its own."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -14,6 +15,7 @@ import sys
 import time
 import urllib.request
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,7 +48,10 @@ def _wait_until_up(url: str, process: subprocess.Popen, timeout_s: float = 30.0)
     raise RuntimeError(f"moto_server did not answer on {url} within {timeout_s:.0f} s")
 
 
-def _start_moto(log: Path, env: dict[str, str] | None = None) -> tuple[str, subprocess.Popen]:
+@contextlib.contextmanager
+def moto_server(log: Path, env: dict[str, str] | None = None) -> Iterator[str]:
+    """A moto S3 server on 127.0.0.1 for the block, its output in ``log``; yields its URL. (The
+    tests' fixtures, and ``benchmarks/object_storage.py``.)"""
     port = _free_port()
     moto = Path(sys.executable).with_name("moto_server")
     with open(log, "wb") as out:
@@ -56,21 +61,17 @@ def _start_moto(log: Path, env: dict[str, str] | None = None) -> tuple[str, subp
     url = f"http://127.0.0.1:{port}"
     try:
         _wait_until_up(url, process)
-    except BaseException:
+        yield url
+    finally:
         process.terminate()
-        raise
-    return url, process
+        process.wait(timeout=10)
 
 
 @pytest.fixture(scope="session")
 def s3_endpoint(tmp_path_factory) -> str:
     """The URL of a moto S3 server on 127.0.0.1, alive for the whole test process."""
-    url, process = _start_moto(tmp_path_factory.mktemp("moto") / "server.log")
-    try:
+    with moto_server(tmp_path_factory.mktemp("moto") / "server.log") as url:
         yield url
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
 
 
 @pytest.fixture(scope="session")
@@ -78,12 +79,8 @@ def s3_denying_endpoint(tmp_path_factory) -> str:
     """A moto S3 server that checks credentials: it knows none, so every request is refused
     with 403 (access denied), as a real endpoint refuses keys it does not know."""
     env = {**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "0"}
-    url, process = _start_moto(tmp_path_factory.mktemp("moto-auth") / "server.log", env)
-    try:
+    with moto_server(tmp_path_factory.mktemp("moto-auth") / "server.log", env) as url:
         yield url
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
 
 
 def forget_filesystems() -> None:

@@ -62,7 +62,9 @@ def benchmark_report(
     from llm_assets.bench.runner import BenchmarkPlan, RunResult, Workload, run_benchmark, summarize
 
     run_id = context.run.run_id
-    base = warehouse.root_path / BENCHMARK_REPORT
+    base = (
+        warehouse.catalog_file.parent if warehouse.remote else warehouse.root_path
+    ) / BENCHMARK_REPORT
     run_dir = base / run_id
     work_dir = run_dir / "work"
     plan = BenchmarkPlan(

@@ -27,7 +27,7 @@ def prune_warehouse_op(
     """Plan the pruning, log it, and (``dry_run: false``) remove it. In the warehouse's pool,
     like every step that writes the catalog: it waits for running steps, and they for it."""
     plan = prune(
-        warehouse.root_path,
+        warehouse.location,
         keep_batches=config.keep_batches,
         dry_run=config.dry_run,
         catalog=warehouse.catalog(),

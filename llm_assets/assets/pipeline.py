@@ -56,9 +56,9 @@ from llm_assets.stages.training_batches.checks import (
     label_needs_a_padded_layout,
 )
 from llm_assets.stages.training_batches.driver import run_training_batches
-from llm_assets.storage import is_remote, local_path
+from llm_assets.storage import StorageError, is_remote, local_path
 from llm_assets.warehouse.catalog import CatalogLockedError, CatalogUnreadableError
-from llm_assets.warehouse.resource import WarehouseResource
+from llm_assets.warehouse.resource import WarehouseConfigError, WarehouseResource
 
 RawDocumentsConfig = config_class(
     IngestSpec,
@@ -156,7 +156,7 @@ def _context(
     catalog = warehouse.catalog()
     compute.use_warehouse_catalog(str(catalog.path))
     return StageContext(
-        warehouse_root=warehouse.root_path,
+        warehouse_root=warehouse.location,
         catalog=catalog,
         compute=compute,
         log=context.log,
@@ -165,7 +165,14 @@ def _context(
     )
 
 
-_INPUT_ERRORS = (StageInputError, PathEscapeError, CatalogLockedError, CatalogUnreadableError)
+_INPUT_ERRORS = (
+    StageInputError,
+    PathEscapeError,
+    CatalogLockedError,
+    CatalogUnreadableError,
+    StorageError,
+    WarehouseConfigError,
+)
 """Errors whose message names the fix (a setting, a folder, a file): the run fails with an
 :class:`InputFailure` of that message, which the console prints without a stack."""
 
@@ -189,7 +196,7 @@ def _stage(
         except _INPUT_ERRORS as exc:
             raise InputFailure(_with_working_directory(str(exc))) from exc
         if context.op_def.name == last_step(steps):
-            summary = run_summary(ctx.catalog, warehouse.root_path, context.run.run_id, steps)
+            summary = run_summary(ctx.catalog, warehouse.location, context.run.run_id, steps)
             context.log.info(summary)
 
 

@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from llm_assets import storage
 from llm_assets.bench.measure import ResourceSampler
 from llm_assets.bench.reference import REFERENCE_RUNNERS, STUDY_MIN_TOKENS, run_reference
 from llm_assets.compute.backends import (
@@ -244,14 +245,21 @@ def run_pipeline(
     workload: Workload | None = None,
     log: Logger | None = None,
     keep_warehouse: bool = False,
+    warehouse_url: str | None = None,
 ) -> RunResult:
-    """Run all five stages on ``input_dir`` with a fresh warehouse under ``work_dir``."""
+    """Run all five stages on ``input_dir`` with a fresh warehouse under ``work_dir`` (with
+    ``warehouse_url``, its shards under that object-storage prefix instead, the catalog still
+    under ``work_dir``)."""
     workload = workload or Workload()
     log = log or _log
     root = Path(work_dir) / f"warehouse-{backend}-{size}-{repetition}-{os.getpid()}"
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
-    bytes_in = sum(p.stat().st_size for p in Path(input_dir).rglob("*") if p.is_file())
+    location = f"{warehouse_url.rstrip('/')}/{root.name}" if warehouse_url else None
+    if storage.is_remote(str(input_dir)):
+        bytes_in = sum(size for size, _ in storage.list_tree(input_dir).values())
+    else:
+        bytes_in = sum(p.stat().st_size for p in Path(input_dir).rglob("*") if p.is_file())
     gc.collect()
     stage_seconds: dict[str, float] = {}
     sampler = ResourceSampler().start()
@@ -262,8 +270,8 @@ def run_pipeline(
         _startup(compute)
         startup = time.perf_counter() - started
         ctx = StageContext(
-            warehouse_root=root,
-            catalog=Catalog(root / CATALOG_FILE),
+            warehouse_root=location or root,
+            catalog=Catalog(root / CATALOG_FILE, remote_root=location),
             compute=compute,
             log=log,
             backend=backend,
@@ -302,6 +310,8 @@ def run_pipeline(
         startup = max(startup, compute.ready_seconds or 0.0)
         if not keep_warehouse:
             shutil.rmtree(root, ignore_errors=True)
+            if location is not None:
+                storage.remove_tree(location)
     stage_seconds[STARTUP] = startup
     return RunResult(
         runner=OURS,

@@ -3,7 +3,8 @@
 Ray itself waits minutes for an address where no cluster answers, retries a refused token for
 ~20 s, and notices a stopped cluster only after 60 s of reconnecting; each check here names the
 address and what to do instead. On a cluster, every node must have this package installed and
-see the warehouse path (a shared filesystem); see the README.
+see the warehouse path (a shared filesystem) or have credentials for its bucket (a warehouse in
+object storage); see docs/backends.md.
 """
 
 from __future__ import annotations

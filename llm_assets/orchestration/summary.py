@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from llm_assets.constants import PIPELINE_ASSETS, TRAINING_BATCHES
+from llm_assets.storage import is_remote
 from llm_assets.warehouse.catalog import Catalog
 from llm_assets.warehouse.shards import stage_dir
 
@@ -79,8 +80,14 @@ def _stage_line(stage: StageSummary, width: int) -> str:
     ).rstrip()
 
 
-def format_summary(stages: Sequence[StageSummary], warehouse: Path, batches: Path | None) -> str:
-    """The summary's text: a table of the stages, the batches' folder and how to open it."""
+def format_summary(
+    stages: Sequence[StageSummary],
+    warehouse: str | Path,
+    batches: Path | None,
+    catalog_path: Path | None = None,
+) -> str:
+    """The summary's text: a table of the stages, the batches' folder and how to open it (a
+    warehouse in object storage names its local ``catalog_path`` too)."""
     width = max([len("stage"), *(len(s.asset) for s in stages)])
     lines = [
         "Run summary",
@@ -96,13 +103,22 @@ def format_summary(stages: Sequence[StageSummary], warehouse: Path, batches: Pat
         f"Batches: {batches}",
         "Open them in Python:",
         "    from llm_assets.reader import TokenBatchDataset",
-        f'    ds = TokenBatchDataset.from_warehouse("{warehouse}", split="train")',
+        f'    ds = TokenBatchDataset.from_warehouse("{warehouse}", split="train"'
+        + (f', catalog_path="{catalog_path}")' if catalog_path is not None else ")"),
     ]
     return "\n".join(lines)
 
 
-def run_summary(catalog: Catalog, warehouse: Path, run_id: str, steps: Collection[str]) -> str:
-    """The ``Run summary`` of run ``run_id``, whose steps are ``steps``, in ``warehouse``."""
+def run_summary(
+    catalog: Catalog, warehouse: str | Path, run_id: str, steps: Collection[str]
+) -> str:
+    """The ``Run summary`` of run ``run_id``, whose steps are ``steps``, in ``warehouse`` (a
+    local folder or an object-storage URL)."""
+    remote = is_remote(str(warehouse))
     current = catalog.current_fingerprint(TRAINING_BATCHES)
-    batches = None if current is None else stage_dir(warehouse, TRAINING_BATCHES, current).resolve()
-    return format_summary(stage_summaries(catalog, run_id, steps), warehouse, batches)
+    batches = None
+    if current is not None:
+        folder = stage_dir(warehouse, TRAINING_BATCHES, current)
+        batches = folder if remote else Path(folder).resolve()
+    stages = stage_summaries(catalog, run_id, steps)
+    return format_summary(stages, warehouse, batches, catalog.path if remote else None)

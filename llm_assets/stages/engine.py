@@ -6,7 +6,9 @@ the catalog and a compute backend; it knows no stage.
 
 Restart rule: a planned shard is skipped when its output file exists and its footer names the same
 input fingerprint; the folder it lives in is named by the stage fingerprint (config + code
-version). So a killed run, run again, computes only what is missing.
+version). So a killed run, run again, computes only what is missing. In a warehouse in object
+storage only the catalog's record counts (with the object's size): an object a killed run wrote
+but did not record is written again, never read.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow.parquet as pq
 
+from llm_assets import storage
 from llm_assets.compute.base import Logger, OnResult, ShardTaskFailed
 from llm_assets.constants import PIPELINE_ASSETS, STAGE_CODE_VERSIONS
 from llm_assets.stages.shard_io import ShardStats, add_parts
@@ -80,7 +83,14 @@ _WRITE_ERRORS = ("No space left", "Permission denied", "Read-only file system", 
 
 
 def ensure_writable(folder: Path) -> None:
-    """Fail before any work, with the folder named, when a stage cannot write its output."""
+    """Fail before any work, with the folder named, when a stage cannot write its output (in
+    object storage: a probe object written and deleted, so a missing bucket, refused
+    credentials or an unreachable endpoint fail the stage at once, naming the bucket)."""
+    if storage.is_remote(str(folder)):
+        probe_url = storage.join(folder, f"_write-probe-{uuid.uuid4().hex[:8]}")
+        storage.write_bytes(probe_url, b"ok")
+        storage.remove(probe_url)
+        return
     try:
         folder.mkdir(parents=True, exist_ok=True)
         probe = folder / f".write-probe-{uuid.uuid4().hex[:8]}"
@@ -113,7 +123,8 @@ def run_on_backend(
 class StageContext:
     """Everything a stage needs besides its own config."""
 
-    warehouse_root: Path
+    warehouse_root: str | Path
+    """A local folder or an object-storage URL (:func:`~llm_assets.storage.location_path`)."""
     catalog: Catalog
     compute: Runner
     log: Logger
@@ -168,7 +179,8 @@ def _check_sources(asset: str, sources: Iterable[ShardRecord]) -> None:
     upstream asset, materialized again, computes such shards again from its own input."""
     # Once per file: the parts of a big upstream shard all name it.
     unique = {source.path: source for source in sources}.values()
-    bad = [source for source in unique if not _unchanged(source, source.path)]
+    sizes = _remote_sizes(unique)
+    bad = [source for source in unique if not _unchanged(source, source.path, sizes)]
     if bad:
         upstream = bad[0].asset
         raise StageInputError(
@@ -219,7 +231,10 @@ def _execute(
     remove_stale_temporaries(folder)
     records, todo = _skip_finished(ctx, asset, stage_fp, planned, config_json)
     ctx.log.info(f"{asset}: computing {len(todo)} shard(s) on {ctx.backend}")
-    parts = _run_and_record(ctx, asset, stage_fp, folder, planned, todo, records, fn, config_json)
+    computed: dict[int, dict[str, Any]] = {}
+    parts = _run_and_record(
+        ctx, asset, stage_fp, folder, planned, todo, records, fn, config_json, computed
+    )
     # A worker killed mid-shard leaves its temporary files; its retry wrote new ones.
     if stale := remove_stale_temporaries(folder):
         ctx.log.info(f"{asset}: removed {stale} temporary file(s) of interrupted attempts")
@@ -237,8 +252,10 @@ def _execute(
     report.extra[SECONDS_BY_PART] = _rounded_parts(
         add_parts(report.extra.get(SECONDS_BY_PART, {}), parts)
     )
-    for record in ordered:
-        for key, value in shard_stats(record.path).items():
+    for i, record in enumerate(ordered):
+        # A shard computed now reported its footer's statistics; a reused one's are read.
+        stats = computed[i] if i in computed else shard_stats(record.path)
+        for key, value in stats.items():
             report.extra[key] = report.extra.get(key, 0) + value
     finished = time.time()
     report.seconds = finished - started
@@ -264,7 +281,18 @@ def _skip_finished(
     todo: list[int] = []
     recovered: list[ShardRecord] = []
     changed: list[str] = []
+    sizes = _remote_sizes(known.values())
     for i, plan in enumerate(planned):
+        if storage.is_remote(plan.output_path):
+            # Recorded only once complete; what a killed run left unrecorded is never read.
+            record = known.get((plan.shard, plan.input_fingerprint))
+            if record is not None and _unchanged(record, plan.output_path, sizes):
+                records[i] = record
+            else:
+                if record is not None:
+                    changed.append(plan.shard)
+                todo.append(i)
+            continue
         done_for = completed_input_fingerprint(plan.output_path)
         if done_for is None and Path(plan.output_path).exists():
             changed.append(plan.shard)  # there, but its footer does not read: cut or damaged
@@ -308,10 +336,12 @@ def _run_and_record(
     records: dict[int, ShardRecord],
     fn: Callable[[Any], ShardStats],
     config_json: str,
+    computed: dict[int, dict[str, Any]],
 ) -> dict[str, float]:
     """Run the ``todo`` shards' tasks on the backend, adding each finished shard's record to
     ``records`` and to the catalog (in groups, :data:`RECORD_EVERY_S`; a failed run keeps what it
-    finished); the seconds per part of the tasks, summed."""
+    finished), and its statistics (those its footer holds: ``ShardStats.extra``) to
+    ``computed``; the seconds per part of the tasks, summed."""
     from llm_assets.warehouse.catalog import ShardRecord
 
     code_version = STAGE_CODE_VERSIONS[asset]
@@ -347,8 +377,10 @@ def _run_and_record(
             code_version=code_version,
             run_id=ctx.run_id,
             seconds=stats.seconds,
+            node=stats.node,
         )
         records[todo[j]] = record
+        computed[todo[j]] = stats.extra
         unrecorded.append(record)
         if time.monotonic() - last_recorded >= RECORD_EVERY_S:
             record_finished()
@@ -419,11 +451,28 @@ def _json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, default=str)
 
 
-def _unchanged(record: ShardRecord, path: str) -> bool:
+def _remote_sizes(records: Iterable[ShardRecord]) -> dict[str, int | None]:
+    """The sizes of the files of ``records`` that are in object storage (outputs and rejects),
+    one listing per folder (:func:`~llm_assets.storage.file_sizes`)."""
+    paths = [p for r in records for p in (r.path, r.rejects_path) if p and storage.is_remote(p)]
+    return storage.file_sizes(paths) if paths else {}
+
+
+def _unchanged(record: ShardRecord, path: str, sizes: dict[str, int | None] | None = None) -> bool:
     """Whether a finished shard's file still has the checksum its catalog row recorded (and its
     rejects file, if it has one, is still there), so that a file damaged, edited or deleted since
     is computed again rather than reused (and its damage handed to the next stage). XXH3 over a
-    file the run just read is ~0.1 s per GB."""
+    file the run just read is ~0.1 s per GB. In object storage, where that would download every
+    shard again, the object's size stands for its checksum (objects are written whole, so a cut
+    object cannot appear; one replaced by another of the same size goes unseen)."""
+    if storage.is_remote(path):
+
+        def size(location: str) -> int | None:
+            return sizes[location] if sizes and location in sizes else storage.file_size(location)
+
+        if record.rejects_path and size(record.rejects_path) is None:
+            return False
+        return size(path) == record.bytes
     if record.rejects_path and not Path(record.rejects_path).exists():
         return False  # its rejects are lost: computed again, so no reject goes missing
     legacy = not record.checksum.startswith(f"{CHECKSUM_ALGORITHM}:")  # a bare SHA-256
@@ -509,7 +558,8 @@ def _upstream(ctx: StageContext, asset: str) -> list[ShardRecord]:
                 "warehouse's current outputs, so run them one after the other, or give each "
                 "its own warehouse root"
             )
-    missing = [s.path for s in shards if not Path(s.path).exists()]
+    sizes = storage.file_sizes(s.path for s in shards)
+    missing = [s.path for s in shards if sizes[s.path] is None]
     if missing:
         raise StageInputError(
             f"{asset} shard file(s) recorded in the catalog are gone: {missing[:3]}; "

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
+from llm_assets import storage
 from llm_assets.constants import STAGE_CODE_VERSIONS
 from llm_assets.kernels.ingest.parquet import parquet_batch_rows
 from llm_assets.kernels.ingest.read import BATCH_BYTES
@@ -68,7 +68,7 @@ def _run_map_stage(
         parts: list[tuple[int, int] | None] = [None]
         if split_big_shards and source.rows_out > (limit := _rows_per_shard(source)):
             try:
-                footer = pq.read_metadata(source.path)
+                footer = storage.parquet_metadata(source.path)
             except (OSError, pa.ArrowException):
                 _check_sources(asset, [source])  # damaged since recorded: says what to do
                 raise
@@ -144,7 +144,7 @@ def run_map(task: MapTask) -> ShardStats:
     started = time.perf_counter()
     parts = PartTimes()
     with parts.part("read"):
-        source = pq.ParquetFile(task.input_path)
+        source = storage.parquet_file(task.input_path)
         metadata = carried_metadata(task.input_path)
     metadata.update(dict(task.metadata))
 

@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from llm_assets import storage
 from llm_assets.constants import RAW_DOCUMENTS, STAGE_CODE_VERSIONS
 from llm_assets.kernels.ingest.arrow import NotSplittable, record_batch_spans
 from llm_assets.kernels.ingest.formats import detect_format, file_encoding
@@ -515,8 +516,8 @@ def _warn_files_without_documents(
     for name, records in empty[:FILES_WITHOUT_DOCUMENTS_LISTED]:
         reasons: Counter[str] = Counter()
         for record in records:
-            if record.rejects_path and Path(record.rejects_path).exists():
-                column = pq.read_table(record.rejects_path, columns=["reason"])["reason"]
+            if record.rejects_path and storage.exists(record.rejects_path):
+                column = storage.read_parquet(record.rejects_path, columns=["reason"])["reason"]
                 reasons.update(column.to_pylist())
         rows = sum(r.rows_in for r in records)
         described.append(f"{name!r} ({rows} record(s); {_top_reasons(dict(reasons), 1)})")

@@ -10,6 +10,8 @@ output exists with the expected input fingerprint in its footer is done.
 from __future__ import annotations
 
 import contextlib
+import socket
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
@@ -20,6 +22,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from llm_assets import storage
 from llm_assets.kernels.schema import REASON, REJECT_SCHEMA, StageResult
 from llm_assets.warehouse.shards import (
     INPUT_FINGERPRINT,
@@ -113,6 +116,18 @@ def add_parts(total: dict[str, float], parts: dict[str, float]) -> dict[str, flo
     return {k: total.get(k, 0.0) + parts.get(k, 0.0) for k in (*PARTS, *total, *parts)}
 
 
+def worker_node() -> str:
+    """Where this process runs, for a shard's lineage: ``ray:<node id>`` in a process connected
+    to Ray (a Ray worker, or a driver that runs shards while Ray starts), else the host name."""
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        try:
+            return f"ray:{ray.get_runtime_context().get_node_id()}"
+        except Exception:  # lineage only: the host will do
+            pass
+    return socket.gethostname()
+
+
 @dataclass(frozen=True)
 class ShardStats:
     """What a task reports back to the driver: small, whatever the shard's size."""
@@ -130,6 +145,8 @@ class ShardStats:
     extra: dict[str, Any] = field(default_factory=dict)
     parts: dict[str, float] = field(default_factory=dict)
     """Seconds per part of the task (:data:`PARTS`)."""
+    node: str = field(default_factory=worker_node)
+    """Where the task ran (:func:`worker_node`), filled in by the process that built it."""
 
 
 def _write_shard(
@@ -197,7 +214,8 @@ def _write_shard(
                 written_rejects: str | None = rejects.commit().path
             else:
                 written_rejects = None
-                Path(rejects_path).unlink(missing_ok=True)
+                if not storage.is_remote(rejects_path):  # in a bucket, unrecorded: never read
+                    storage.remove(rejects_path)
             written = out.commit(
                 {
                     INPUT_FINGERPRINT: input_fingerprint,

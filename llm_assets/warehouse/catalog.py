@@ -5,9 +5,14 @@ file read-write and no other process open it at the same time). A connection tha
 locked by another process waits and retries, then fails with a message that says so.
 
 Tables: ``materializations`` (one row per asset per run), ``shards`` (every shard ever written,
-with rows, bytes, checksum and what it was computed from) and ``current_shards`` (which shards make
-up each asset now). Views: one per asset over its current Parquet, one per asset's rejects
-(``<asset>_rejects``) and ``rejects`` over all of them.
+with rows, bytes, checksum, what it was computed from and on which node or host) and
+``current_shards`` (which shards make up each asset now). Views: one per asset over its current
+Parquet, one per asset's rejects (``<asset>_rejects``) and ``rejects`` over all of them.
+
+With the shards in object storage (``remote_root``), the file stays local and every connection
+registers the bucket's fsspec filesystem with DuckDB (DuckDB's own ``httpfs`` extension is not
+needed), so the views read the remote Parquet; a connection opened by other means (the ``duckdb``
+shell) reads the tables, not those views (see docs/object-storage.md).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
+from llm_assets import storage
 from llm_assets.constants import PIPELINE_ASSETS, TRAINING_BATCHES
 from llm_assets.kernels.schema import REJECT_SCHEMA
 
@@ -68,6 +74,7 @@ CREATE TABLE IF NOT EXISTS shards (
     recorded_at TIMESTAMP DEFAULT current_timestamp,
     PRIMARY KEY (asset, fingerprint, shard)
 );
+ALTER TABLE shards ADD COLUMN IF NOT EXISTS node VARCHAR;
 CREATE TABLE IF NOT EXISTS current_shards (
     asset VARCHAR NOT NULL,
     position INTEGER NOT NULL,
@@ -97,6 +104,7 @@ _SHARD_COLUMNS = (
     "code_version",
     "run_id",
     "seconds",
+    "node",
 )
 
 
@@ -138,6 +146,8 @@ class ShardRecord:
     code_version: str = ""
     run_id: str = ""
     seconds: float = 0.0
+    node: str | None = None
+    """Where it was computed: ``ray:<node id>`` on Ray, else the host name (None: unknown)."""
 
     def values(self) -> list[Any]:
         row = asdict(self)
@@ -195,9 +205,13 @@ session's connection, whichever :class:`Catalog` object opened it."""
 class Catalog:
     """The warehouse's DuckDB file. Cheap to construct; connects only inside each call."""
 
-    def __init__(self, path: str | Path, lock_timeout_s: float = 60.0) -> None:
+    def __init__(
+        self, path: str | Path, lock_timeout_s: float = 60.0, remote_root: str | None = None
+    ) -> None:
         self.path = Path(path)
         self.lock_timeout_s = lock_timeout_s
+        self.remote_root = remote_root
+        """The object-storage URL of the shards the catalog records, None for a local warehouse."""
         self._session: duckdb.DuckDBPyConnection | None = None
 
     def _open_session(self) -> duckdb.DuckDBPyConnection | None:
@@ -258,6 +272,13 @@ class Catalog:
                 time.sleep(delay)
                 delay = min(delay * 2, 1.0)
         try:
+            if self.remote_root is not None:
+                # A filesystem of its own per connection: it remembers the objects' details for
+                # the connection's life (a stage's session at most), never across stages.
+                con.register_filesystem(storage.query_filesystem(self.remote_root))
+                # Each view's rebuild binds every view again (``rejects`` over all of them):
+                # one footer read per object and connection, not one per bind.
+                con.execute("SET parquet_metadata_cache = true")
             if not read_only:
                 con.execute(_SCHEMA_SQL)
             yield con
@@ -374,35 +395,34 @@ class Catalog:
             body = f"SELECT {columns} WHERE false"
         con.execute(f"CREATE OR REPLACE VIEW {asset}_rejects AS {body}")
         existing = {
-            row[0]
-            for row in con.execute(
-                "SELECT view_name FROM duckdb_views() WHERE NOT internal"
+            name: comment
+            for name, comment in con.execute(
+                "SELECT view_name, comment FROM duckdb_views() WHERE NOT internal"
             ).fetchall()
         }
         # An asset whose current rejects file is gone (deleted by hand) would make the view, and
         # so every stage's record, fail: it is left out, with a warning, until that asset is
         # materialized again (its stage then recomputes the shard: see the stage engine's
         # _unchanged).
-        gone = sorted(
-            {
-                a
-                for a, path in con.execute(
-                    "SELECT asset, rejects_path FROM current_shards WHERE rejects_path IS NOT NULL"
-                ).fetchall()
-                if not Path(path).exists()
-            }
-        )
+        recorded = con.execute(
+            "SELECT asset, rejects_path FROM current_shards WHERE rejects_path IS NOT NULL"
+        ).fetchall()
+        sizes = storage.file_sizes(path for _, path in recorded)
+        gone = sorted({a for a, path in recorded if sizes[path] is None})
         if gone:
             _log.warning(
                 f"rejects of {gone} left out of the rejects view: their current rejects file(s) "
                 "are missing; materialize those assets again to rewrite them"
             )
-        parts = [
-            f"SELECT * FROM {a}_rejects"
-            for a in PIPELINE_ASSETS
-            if f"{a}_rejects" in existing and a not in gone
-        ]
-        con.execute(f"CREATE OR REPLACE VIEW rejects AS {' UNION ALL '.join(parts)}")
+        parts = [a for a in PIPELINE_ASSETS if f"{a}_rejects" in existing and a not in gone]
+        # Views are bound when created: creating ``rejects`` again reads every asset's rejects
+        # files (their footers), which for a warehouse in object storage is a request or two
+        # each. The views it unites keep their names and columns when replaced, so it is
+        # created again only when the set changes (its comment names the set).
+        if existing.get("rejects") != ",".join(parts):
+            union = " UNION ALL ".join(f"SELECT * FROM {a}_rejects" for a in parts)
+            con.execute(f"CREATE OR REPLACE VIEW rejects AS {union}")
+            con.execute(f"COMMENT ON VIEW rejects IS '{','.join(parts)}'")
 
     # --- reads ------------------------------------------------------------------------------
     def current_shards(self, asset: str) -> list[ShardRecord]:

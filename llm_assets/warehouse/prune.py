@@ -24,6 +24,11 @@ It refuses (:class:`PruneRefusedError`, nothing removed) a warehouse whose catal
 current files under another path (a copy, a bind mount, a relative root), and one without a
 catalog.
 
+A warehouse in object storage (``s3://bucket/prefix``, its catalog a local file named with
+``--catalog``) is planned the same way from one listing of its objects (a folder is a key prefix,
+its time its newest object's; see :mod:`llm_assets.warehouse.listing`), and removing a folder
+deletes every object under its prefix.
+
 Nothing removed is data: all of it is recomputed from the input files when needed (going back to
 an earlier config recomputes its stages instead of reusing them). The input files, the catalog
 (its history and lineage rows stay, naming files that may be gone) and the dedup history are never
@@ -31,8 +36,8 @@ touched. Planning and removal hold the catalog, which every stage holds while it
 runs meanwhile: a prune waits for a running stage (up to the catalog's lock timeout), and a stage
 started meanwhile waits for the prune.
 
-``python -m llm_assets.warehouse.prune [--warehouse data/warehouse] [--keep-batches 2] [--yes]``
-prints the plan, and removes it only with ``--yes``.
+``python -m llm_assets.warehouse.prune [--warehouse data/warehouse] [--catalog FILE]
+[--keep-batches 2] [--yes]`` prints the plan, and removes it only with ``--yes``.
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from llm_assets import storage
 from llm_assets.constants import (
     CATALOG_FILE,
     DEFAULT_WAREHOUSE_DIR,
@@ -55,6 +61,7 @@ from llm_assets.constants import (
     PIPELINE_ASSETS,
     TRAINING_BATCHES,
 )
+from llm_assets.storage import is_remote
 from llm_assets.warehouse.catalog import (
     Catalog,
     CatalogLockedError,
@@ -62,6 +69,7 @@ from llm_assets.warehouse.catalog import (
     ShardRecord,
 )
 from llm_assets.warehouse.layout import DEDUP_MEMO, SCATTER_FOLDER, scatter_folder_name
+from llm_assets.warehouse.listing import Listed
 
 DEFAULT_KEEP_BATCHES = 2
 """Earlier ``training_batches`` folders kept besides the current one: a training job started on
@@ -114,8 +122,10 @@ def _size(n: int) -> str:
     return f"{n:.1f} TB"  # pragma: no cover
 
 
-def _usage(path: Path) -> tuple[int, int, float]:
+def _usage(path: Path | Listed) -> tuple[int, int, float]:
     """(bytes, files, newest mtime) under ``path`` (a file or a folder); links not followed."""
+    if isinstance(path, Listed):
+        return path.usage()
     if not path.is_dir() or path.is_symlink():
         try:
             stat = path.lstat()
@@ -156,10 +166,14 @@ class _Where:
     stage folder, file...), found lexically from the root as given and as resolved, so that a
     link anywhere (the root, an asset folder moved to another disk) does not hide a match."""
 
-    def __init__(self, given: Path) -> None:
-        self.roots = [Path(os.path.abspath(given)), given.resolve()]
+    def __init__(self, given: Path | Listed) -> None:
+        self.url = str(given) if isinstance(given, Listed) else None
+        self.roots = [] if self.url else [Path(os.path.abspath(given)), given.resolve()]
 
     def __call__(self, path: str | Path) -> tuple[str, ...] | None:
+        if self.url is not None:  # in object storage: keys below the root's prefix
+            below = str(path).removeprefix(f"{self.url}/")
+            return tuple(below.split("/")) if below != str(path) else None
         for candidate in (Path(os.path.abspath(path)), Path(path).resolve()):
             for root in self.roots:
                 with contextlib.suppress(ValueError):
@@ -167,7 +181,7 @@ class _Where:
         return None
 
 
-def _check_paths(where: _Where, root: Path, current: dict[str, list[ShardRecord]]) -> None:
+def _check_paths(where: _Where, root: Path | Listed, current: dict[str, list[ShardRecord]]) -> None:
     """Refuse (:class:`PruneRefusedError`) when a current shard's recorded file is not inside
     ``root`` or is missing: the catalog was written through another path to these files (a
     bind mount, a container volume, a relative root, a copy), so this root's files cannot be
@@ -176,7 +190,7 @@ def _check_paths(where: _Where, root: Path, current: dict[str, list[ShardRecord]
     for shards in current.values():
         for shard in shards:
             for path in (shard.path, shard.rejects_path):
-                if path and (where(path) is None or not Path(path).exists()):
+                if path and not _recorded_file_is_here(where, root, path):
                     bad.append(path)
     if bad:
         raise PruneRefusedError(
@@ -186,6 +200,16 @@ def _check_paths(where: _Where, root: Path, current: dict[str, list[ShardRecord]
             "warehouse was copied or moved. Nothing removed: prune it through the path its runs "
             "use, or materialize the pipeline first"
         )
+
+
+def _recorded_file_is_here(where: _Where, root: Path | Listed, path: str) -> bool:
+    """Whether a file the catalog records is inside the warehouse at ``root``, and there."""
+    parts = where(path)
+    if parts is None:
+        return False
+    if isinstance(root, Listed):
+        return (root / "/".join(parts)).is_file()
+    return Path(path).exists()
 
 
 def _last_materialized(catalog: Catalog) -> dict[str, float]:
@@ -212,8 +236,11 @@ def plan_prune(
     :class:`PruneRefusedError` when the catalog's files are not this root's."""
     if keep_batches < 0:
         raise ValueError(f"keep_batches must be 0 or more, got {keep_batches}")
-    given = Path(root).expanduser()
-    root = given.resolve()
+    if is_remote(str(root)):
+        root = given = Listed.root(str(root))
+    else:
+        given = Path(root).expanduser()
+        root = given.resolve()
     where = _Where(given)
     plan = PrunePlan(str(root))
     current = {asset: catalog.current_shards(asset) for asset in PIPELINE_ASSETS}
@@ -403,6 +430,13 @@ def apply_prune(plan: PrunePlan) -> int:
     """Remove what ``plan`` lists; return the bytes freed. What is gone already is skipped."""
     freed = 0
     for item in plan.remove:
+        if is_remote(item.path):  # an object, else a folder: every object under the prefix
+            if storage.file_size(item.path) is not None:
+                storage.remove(item.path)
+            else:
+                storage.remove_tree(item.path)
+            freed += item.bytes
+            continue
         path = Path(item.path)
         if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path)
@@ -422,7 +456,19 @@ def prune(
     catalog: Catalog | None = None,
 ) -> PrunePlan:
     """Plan (and unless ``dry_run``, apply) the pruning of the warehouse at ``root``, holding
-    its catalog throughout. Raises FileNotFoundError when ``root`` holds no catalog."""
+    its catalog throughout. Raises FileNotFoundError when ``root`` holds no catalog (a root in
+    object storage needs ``catalog``, its local catalog)."""
+    if is_remote(str(root)):
+        if catalog is None or not catalog.path.is_file():
+            raise FileNotFoundError(
+                f"no catalog for the warehouse {str(root)!r} in object storage: name its local "
+                f"catalog file (--catalog, the warehouse resource's catalog_path); nothing removed"
+            )
+        with catalog.session():
+            plan = plan_prune(root, catalog, keep_batches=keep_batches)
+            if not dry_run:
+                apply_prune(plan)
+        return plan
     root = Path(root).expanduser().resolve()
     # Checked whatever catalog is given: opening a missing one creates it, empty, and with no
     # current output every shard would look unneeded.
@@ -448,7 +494,14 @@ def main(argv: Iterable[str] | None = None) -> int:
         "needs (old configs, earlier batches folders, stale scatter and dedup files). Prints "
         "the plan; removes only with --yes.",
     )
-    parser.add_argument("--warehouse", default=DEFAULT_WAREHOUSE_DIR, help="warehouse root")
+    parser.add_argument(
+        "--warehouse", default=DEFAULT_WAREHOUSE_DIR, help="warehouse root (a folder or a URL)"
+    )
+    parser.add_argument(
+        "--catalog",
+        default=None,
+        help="the catalog file (default: catalog.duckdb in the root; required for a URL root)",
+    )
     parser.add_argument(
         "--keep-batches",
         type=int,
@@ -458,7 +511,15 @@ def main(argv: Iterable[str] | None = None) -> int:
     parser.add_argument("--yes", action="store_true", help="remove (default: only print)")
     args = parser.parse_args(list(argv) if argv is not None else None)
     try:
-        plan = prune(args.warehouse, keep_batches=args.keep_batches, dry_run=not args.yes)
+        catalog = None
+        if args.catalog or is_remote(args.warehouse):
+            catalog = Catalog(
+                Path(args.catalog or CATALOG_FILE).expanduser().resolve(),
+                remote_root=args.warehouse if is_remote(args.warehouse) else None,
+            )
+        plan = prune(
+            args.warehouse, keep_batches=args.keep_batches, dry_run=not args.yes, catalog=catalog
+        )
     except (
         FileNotFoundError,
         ValueError,

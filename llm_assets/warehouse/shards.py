@@ -7,6 +7,11 @@ stored in the shard's own Parquet footer. A shard is complete exactly when its o
 every file is written under a temporary name and renamed into place, and the rejects file is
 renamed before the output file, so a reader never sees half a shard and a killed run leaves
 nothing that looks finished.
+
+The root may be an object-storage URL (``s3://bucket/prefix``): object stores have no rename, so
+each file is uploaded in one PUT or one multipart upload, which makes the object appear whole
+when it completes and leaves nothing when it is abandoned (see :class:`~llm_assets.storage.
+ObjectWriter`); the rejects object is completed before the output object, as locally.
 """
 
 from __future__ import annotations
@@ -17,7 +22,6 @@ import json
 import os
 import re
 import shutil
-import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +31,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import xxhash
 
+from llm_assets import storage
 from llm_assets.kernels.schema import CATEGORICAL_COLUMNS
+from llm_assets.storage import TMP_MARKER, is_remote, location_path, temporary_path
 
 META_PREFIX = "llm_assets."
 INPUT_FINGERPRINT = "llm_assets.input_fingerprint"
@@ -35,7 +41,6 @@ ROWS_IN = "llm_assets.rows_in"
 ROWS_REJECTED = "llm_assets.rows_rejected"
 STATS = "llm_assets.stats"
 """JSON object of additive per-shard statistics (tokens, padding, ...), summed per asset."""
-TMP_MARKER = ".tmp-"
 _TEMPORARY_NAME = re.compile(re.escape(TMP_MARKER) + r"[0-9a-f]{8}$")
 CHECKSUM_ALGORITHM = "xxh3_128"
 DEFAULT_COMPRESSION = "zstd"
@@ -60,8 +65,9 @@ def shard_file_name(shard: str) -> str:
 
 
 def stage_dir(root: str | Path, asset: str, stage_fingerprint: str) -> Path:
-    """The folder that holds one asset's shards for one stage config and code version."""
-    return Path(root) / asset / stage_fingerprint
+    """The folder that holds one asset's shards for one stage config and code version (a
+    ``UPath`` under an object-storage root: :func:`~llm_assets.storage.location_path`)."""
+    return location_path(root) / asset / stage_fingerprint
 
 
 def _file_digest(path: str | Path, digest: Any) -> str:
@@ -104,6 +110,9 @@ class AtomicParquetWriter:
 
     If the writer is left without commit (an exception, a killed process), the temporary file is
     removed when possible and otherwise ignored by readers (its name has the ``.tmp-`` marker).
+    At an object-storage ``path`` it streams into the object's upload instead, which
+    :meth:`commit` completes and :meth:`abort` abandons (no temporary name: nothing is visible
+    before the commit).
     """
 
     def __init__(
@@ -116,9 +125,15 @@ class AtomicParquetWriter:
         compression_level: int | None = None,
         row_group_rows: int = DEFAULT_ROW_GROUP_ROWS,
     ) -> None:
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.tmp_path = temporary_path(self.path)
+        self.remote = is_remote(str(path))
+        self.path = location_path(path)
+        self._object: storage.ObjectWriter | None = None
+        if self.remote:
+            self._object = storage.ObjectWriter(str(self.path))
+            self.tmp_path = self.path
+        else:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.tmp_path = temporary_path(self.path)
         # Our keys come only from ``metadata`` (and ``commit``): those a table brings in its
         # schema are its input's (input fingerprint, row counts), which pyarrow would otherwise
         # store in the file's Arrow schema, where ``pq.read_schema`` shows them as this file's.
@@ -128,8 +143,9 @@ class AtomicParquetWriter:
         self.schema = schema.with_metadata(merged)
         self.row_group_rows = row_group_rows
         self.rows = 0
+        self.committed = False
         self._writer = pq.ParquetWriter(
-            self.tmp_path,
+            self._object if self._object is not None else self.tmp_path,
             self.schema,
             compression=compression,
             compression_level=compression_level,
@@ -148,21 +164,31 @@ class AtomicParquetWriter:
 
     def commit(self, final_metadata: dict[str, str] | None = None) -> WrittenFile:
         """Close (adding ``final_metadata``, e.g. counts known only at the end, to the footer),
-        fsync and rename into place; return the file's size and checksum."""
+        fsync and rename into place (or complete the upload); return the file's size and
+        checksum."""
         if final_metadata:
             self._writer.add_key_value_metadata({k: str(v) for k, v in final_metadata.items()})
         self._writer.close()
+        if self._object is not None:
+            self._object.commit()
+            self.committed = True
+            checksum = f"{CHECKSUM_ALGORITHM}:{self._object.hexdigest}"
+            return WrittenFile(str(self.path), self.rows, self._object.size, checksum)
         with open(self.tmp_path, "rb") as handle:
             os.fsync(handle.fileno())
         checksum = file_checksum(self.tmp_path)
         size = self.tmp_path.stat().st_size
         os.replace(self.tmp_path, self.path)
+        self.committed = True
         return WrittenFile(str(self.path), self.rows, size, checksum)
 
     def abort(self) -> None:
-        """Drop the temporary file."""
+        """Drop the temporary file (or abandon the upload)."""
         with contextlib.suppress(Exception):
             self._writer.close()
+        if self._object is not None:
+            self._object.discard()
+            return
         with contextlib.suppress(FileNotFoundError):
             self.tmp_path.unlink()
 
@@ -179,7 +205,7 @@ def atomic_parquet_writer(path: str | Path, schema: pa.Schema, **kwargs: Any) ->
     except BaseException:
         writer.abort()
         raise
-    if writer.tmp_path.exists():
+    if not writer.committed:
         writer.abort()
 
 
@@ -189,7 +215,7 @@ def decoded_column_bytes(path: str | Path, columns: Iterable[str]) -> int:
     whatever the codec and whatever the file's other columns. Dictionary-encoded columns count
     their encoded size; the warehouse dictionary-encodes only few-valued ones."""
     wanted = set(columns)
-    meta = pq.read_metadata(path)
+    meta = storage.parquet_metadata(path)
     total = 0
     for index in range(meta.num_row_groups):
         group = meta.row_group(index)
@@ -202,24 +228,18 @@ def decoded_column_bytes(path: str | Path, columns: Iterable[str]) -> int:
 
 def read_footer_metadata(path: str | Path) -> dict[str, str]:
     """The ``llm_assets.*`` key/values from a Parquet file's footer (not its data)."""
-    meta = pq.read_metadata(path).metadata or {}
+    meta = storage.parquet_metadata(path).metadata or {}
     return {k.decode(): v.decode() for k, v in meta.items() if k.decode().startswith(META_PREFIX)}
 
 
 def completed_input_fingerprint(path: str | Path) -> str | None:
     """The input fingerprint a finished shard was computed from, or None if it is not there."""
-    if not Path(path).exists():
-        return None
+    if not is_remote(str(path)) and not Path(path).exists():
+        return None  # (in object storage, the footer's read says so: one request, not two)
     try:
         return read_footer_metadata(path).get(INPUT_FINGERPRINT)
     except (OSError, pa.ArrowInvalid):
         return None
-
-
-def temporary_path(final: Path) -> Path:
-    """Where a file or folder is written before it is renamed to ``final``: ``final``'s name
-    plus ``.tmp-`` and 8 random hex digits (so parallel attempts never share one)."""
-    return final.with_name(f"{final.name}{TMP_MARKER}{uuid.uuid4().hex[:8]}")
 
 
 def is_temporary(name: str) -> bool:
@@ -231,7 +251,10 @@ def is_temporary(name: str) -> bool:
 
 def remove_stale_temporaries(folder: str | Path) -> int:
     """Delete the temporary files and folders (the shuffle's scatter folders) a killed run left
-    in ``folder`` (and its ``rejects/``)."""
+    in ``folder`` (and its ``rejects/``). None in object storage, where nothing is written under
+    a temporary name."""
+    if is_remote(str(folder)):
+        return 0
     removed = 0
     for sub in (Path(folder), Path(folder) / "rejects"):
         if sub.is_dir():

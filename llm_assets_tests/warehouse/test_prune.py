@@ -375,3 +375,42 @@ def test_the_scatter_of_the_current_batches_is_kept_not_the_newest(tmp_path, cap
         _run(ctx, inputs, seed=0)
     filtered = len(ctx.catalog.current_shards(FILTERED_DOCUMENTS))
     assert f"scattering 1 of {filtered} shard(s)" in caplog.text
+
+
+def test_a_warehouse_in_object_storage_is_pruned_object_by_object(s3, tmp_path):
+    """The same plan from one listing of the bucket: what an earlier normalization preset and
+    batch seed left goes (their objects deleted), the current outputs stay unchanged and a
+    re-run computes nothing."""
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    lines = (SAMPLE_DIR / "wiki_sample.jsonl").read_bytes().splitlines(keepends=True)
+    (inputs / "wiki.jsonl").write_bytes(b"".join(lines[:400]))
+    root = s3.url("wh")
+    catalog = Catalog(tmp_path / "catalog.duckdb", remote_root=root)
+    ctx = StageContext(
+        warehouse_root=root,
+        catalog=catalog,
+        compute=InProcessBackend(),
+        log=logging.getLogger("test"),
+    )
+    _run(ctx, inputs, preset="ascii_lower", seed=1)
+    _run(ctx, inputs)
+    views = _views(ctx)
+    before = set(s3.keys("wh/"))
+
+    plan = prune(root, keep_batches=0, dry_run=False, catalog=catalog)
+
+    removed = {item.path.removeprefix(f"{root}/") for item in plan.remove}
+    assert any(path.startswith("normalized_documents/") for path in removed)
+    assert any(path.startswith("training_batches/_scatter/") for path in removed)
+    assert sum(path.startswith("training_batches/") for path in removed) >= 2
+    after = set(s3.keys("wh/"))
+    gone = before - after
+    assert gone and all(any(key.startswith(f"wh/{p}") for p in removed) for key in gone)
+    assert plan.bytes > 0
+    assert _views(ctx) == views
+    again = _run(ctx, inputs)
+    assert all(report.computed == 0 for report in again.values()), {
+        asset: report.computed for asset, report in again.items()
+    }
+    assert not prune(root, keep_batches=0, dry_run=True, catalog=catalog).remove

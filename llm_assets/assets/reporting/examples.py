@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-import pyarrow.parquet as pq
 
+from llm_assets import storage
 from llm_assets.assets.reporting.markdown import _escape, _fenced, count
 from llm_assets.kernels.batching.sequences import ATTENTION_MASK, IGNORE_INDEX, LABELS
 from llm_assets.kernels.schema import DOC_ID, INPUT_IDS, LEARNED_SPANS, PROMPT_TOKENS
@@ -31,7 +31,7 @@ def sft_example_markdown(report: StageReport, tok: Tokenizer) -> str:
     for shard in report.shards:
         if not shard.rows_out:
             continue
-        footer = pq.ParquetFile(shard.path)
+        footer = storage.parquet_file(shard.path)
         names = footer.schema_arrow.names
         if PROMPT_TOKENS not in names:
             return ""
@@ -167,7 +167,7 @@ def batch_rows_markdown(report: StageReport, tok: Tokenizer | None, rows: int = 
     for shard in report.shards:
         if not shard.rows_out:
             continue
-        footer = pq.ParquetFile(shard.path)
+        footer = storage.parquet_file(shard.path)
         names = footer.schema_arrow.names
         columns = [c for c in (INPUT_IDS, ATTENTION_MASK, LABELS) if c in names]
         table = footer.read_row_group(0, columns=columns).slice(0, rows)

@@ -7,8 +7,7 @@ import html
 import re
 from typing import Any
 
-import pyarrow.parquet as pq
-
+from llm_assets import storage
 from llm_assets.stages.engine import StageReport
 from llm_assets.warehouse.catalog import Catalog
 
@@ -113,7 +112,7 @@ def sample_markdown(report: StageReport, rows: int = _SAMPLE_ROWS) -> str:
     """The first rows of the first non-empty shard as a Markdown table."""
     for shard in report.shards:
         if shard.rows_out:
-            table = pq.ParquetFile(shard.path).read_row_group(0).slice(0, rows)
+            table = storage.parquet_file(shard.path).read_row_group(0).slice(0, rows)
             header = "| " + " | ".join(table.column_names) + " |"
             rule = "|" + "---|" * table.num_columns
             lines = [

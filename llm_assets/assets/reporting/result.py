@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import dagster as dg
 import numpy as np
-import pyarrow.parquet as pq
 
+from llm_assets import storage
 from llm_assets.assets.reporting import charts
 from llm_assets.assets.reporting.examples import batch_rows_markdown, batch_tokenizer
 from llm_assets.assets.reporting.markdown import (
@@ -51,12 +50,12 @@ def reconcile_check(
     """Rows in = rows out + rows rejected, counted from the Parquet footers on disk (not from the
     counters the run kept), and rows in = the upstream asset's rows out."""
     files_out = sum(
-        pq.read_metadata(s.path).num_rows for s in report.shards if Path(s.path).exists()
+        storage.parquet_metadata(s.path).num_rows for s in report.shards if storage.exists(s.path)
     )
     files_rejected = sum(
-        pq.read_metadata(s.rejects_path).num_rows
+        storage.parquet_metadata(s.rejects_path).num_rows
         for s in report.shards
-        if s.rejects_path and Path(s.rejects_path).exists()
+        if s.rejects_path and storage.exists(s.rejects_path)
     )
     rows_in = report.rows_in
     problems = []
@@ -122,8 +121,8 @@ def _ordered_bins(histogram: dict[str, int]) -> list[list[Any]]:
 def _column(paths: list[str], column: str) -> Iterator[np.ndarray]:
     """One Parquet column of each file that has it, a file at a time."""
     for path in paths:
-        if Path(path).exists() and column in pq.read_schema(path).names:
-            yield pq.read_table(path, columns=[column])[column].to_numpy()
+        if storage.exists(path) and column in storage.parquet_schema(path).names:
+            yield storage.read_parquet(path, columns=[column])[column].to_numpy()
 
 
 class _Lengths:

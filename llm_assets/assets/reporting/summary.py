@@ -7,7 +7,6 @@ in a dialog), so a summary drops its least important lines until it fits (:func:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from llm_assets.assets.reporting.markdown import (
     code_span,
@@ -19,6 +18,7 @@ from llm_assets.assets.reporting.markdown import (
     top_reasons,
 )
 from llm_assets.stages.engine import StageReport
+from llm_assets.storage import is_remote, location_path
 
 INLINE_LIMIT = 999
 """The longest Markdown the UI's metadata table shows inline (it opens 1,000 characters and more
@@ -101,7 +101,7 @@ def common_facts(report: StageReport, backend: str) -> tuple[list, list]:
 def output(folder: str) -> str:
     """The output folder as its place in the warehouse and the warehouse's path, two pieces
     the UI can wrap between."""
-    path = Path(folder)
+    path = location_path(folder)
     return (
         f"{code_span(path.parent.name + '/' + path.name)} in {code_span(str(path.parent.parent))}"
     )
@@ -182,9 +182,11 @@ def training_batches_summary(report: StageReport, backend: str) -> Summary:
             f"({percent(truncated + dropped, given)} of the tokens)",
         ),
     ]
-    warehouse = Path(report.folder).parent.parent
+    warehouse = location_path(report.folder).parent.parent
     # A space after "(" lets the UI wrap the line before the path (valid Python still).
     reader = code_span(f'TokenBatchDataset.from_warehouse( "{warehouse}", split="train")')
+    if is_remote(report.folder):  # its catalog is elsewhere: the folder itself
+        reader = code_span(f'TokenBatchDataset( "{report.folder}", split="train")')
     optional = [
         ("read with", reader),
         (

@@ -4,7 +4,6 @@ per-shard task that drops them."""
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
@@ -15,6 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from llm_assets import storage
 from llm_assets.constants import (
     FILTERED_DOCUMENTS,
     NORMALIZED_DOCUMENTS,
@@ -42,8 +42,9 @@ from llm_assets.stages.shard_io import (
     row_group_batches,
     timed_reads,
 )
+from llm_assets.storage import is_remote, location_path
 from llm_assets.warehouse.layout import DEDUP_MEMO
-from llm_assets.warehouse.shards import fingerprint, remove_stale_temporaries, temporary_path
+from llm_assets.warehouse.shards import fingerprint, remove_stale_temporaries
 
 DEDUP_MEMORY_LIMIT = "1GB"
 """DuckDB's memory cap for the global dedup step; past it DuckDB spills to the warehouse."""
@@ -54,7 +55,7 @@ def _holds(path: Path, table: pa.Table) -> bool:
     decisions, a few bytes per duplicate: reading them back costs little, and a file damaged
     since, cut or with flipped bytes, is caught instead of misapplied)."""
     try:
-        return pq.read_table(path).equals(table)
+        return storage.read_parquet(path).equals(table)
     except (OSError, pa.ArrowException):
         return False
 
@@ -89,7 +90,11 @@ def _resolve_duplicates(
     near = spec.near_dedup or NearDedupSpec(enabled=False)
     scope = _dedup_scope(ctx, annotated.fingerprint)
     memo_path = folder / "dedup" / DEDUP_MEMO
-    spill = Path(ctx.warehouse_root) / ".duckdb_tmp"
+    # DuckDB spills to a local disk: beside the catalog when the warehouse is in object storage.
+    local_root = (
+        ctx.catalog.path.parent if is_remote(str(ctx.warehouse_root)) else ctx.warehouse_root
+    )
+    spill = Path(local_root) / ".duckdb_tmp"
     spill.mkdir(parents=True, exist_ok=True)
     with ctx.catalog.connect() as con:
 
@@ -115,10 +120,9 @@ def _resolve_duplicates(
     remove_stale_temporaries(path.parent)  # what a killed run left
     if not _holds(path, outcome.drops):
         # Missing, or damaged since (it is named by its content, so it is simply written again).
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = temporary_path(path)
-        pq.write_table(outcome.drops, tmp)
-        os.replace(tmp, path)
+        buffer = pa.BufferOutputStream()
+        pq.write_table(outcome.drops, buffer)
+        storage.write_bytes(path, buffer.getvalue().to_pybytes())
     outcome = replace(outcome, path=str(path))
     _write_dedup_memo(memo_path, after, outcome)
     return outcome
@@ -154,11 +158,11 @@ def _dedup_memo(path: Path, key: str) -> DedupOutcome | None:
     """The outcome the memo at ``path`` holds if it was recorded for ``key`` and its decisions
     file is still there, whole (it reads back to the content its name says), else None."""
     try:
-        memo = json.loads(path.read_text())
+        memo = json.loads(storage.read_text(path))
         if memo.get("key") != key:
             return None
-        drops_path = Path(memo["path"])
-        drops = pq.read_table(drops_path)
+        drops_path = location_path(memo["path"])
+        drops = storage.read_parquet(drops_path)
         if drops_path.name != f"drops-{_drops_digest(drops)}.parquet":
             return None
         return DedupOutcome(
@@ -183,9 +187,7 @@ def _write_dedup_memo(path: Path, key: str, outcome: DedupOutcome) -> None:
         "near_clusters": outcome.near_clusters,
         "candidate_pairs": outcome.candidate_pairs,
     }
-    tmp = temporary_path(path)
-    tmp.write_text(json.dumps(memo, sort_keys=True))
-    os.replace(tmp, path)
+    storage.write_bytes(path, json.dumps(memo, sort_keys=True).encode())
 
 
 @dataclass(frozen=True)
@@ -214,8 +216,8 @@ def run_dedup_apply(task: DedupApplyTask) -> ShardStats:
     started = time.perf_counter()
     parts = PartTimes()
     with parts.part("read"):
-        source = pq.ParquetFile(task.input_path)
-        drops = pq.read_table(task.drops_path, filters=[("shard", "=", task.key)])
+        source = storage.parquet_file(task.input_path)
+        drops = storage.read_parquet(task.drops_path, filters=[("shard", "=", task.key)])
     columns = [n for n in source.schema_arrow.names if n not in (MINHASH, MINHASH_BANDS)]
     decided = dict(
         zip(
@@ -229,8 +231,8 @@ def run_dedup_apply(task: DedupApplyTask) -> ShardStats:
     output_schema = source.schema_arrow.empty_table().select(columns).schema
 
     def results() -> Iterator[StageResult]:
-        if task.input_rejects_path and Path(task.input_rejects_path).exists():
-            with pq.ParquetFile(task.input_rejects_path) as rejects:
+        if task.input_rejects_path and storage.exists(task.input_rejects_path):
+            with storage.parquet_file(task.input_rejects_path) as rejects:
                 size = parquet_batch_rows(rejects.metadata, task.batch_rows, BATCH_BYTES)
                 for earlier in timed_reads(row_group_batches(rejects, size), parts):
                     yield StageResult(output_schema.empty_table(), pa.Table.from_batches([earlier]))

@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from llm_assets import storage
 from llm_assets.constants import TRAINING_BATCHES
-from llm_assets.stages.engine import StageContext, _unchanged
+from llm_assets.stages.engine import StageContext, _remote_sizes, _unchanged
 from llm_assets.stages.training_batches.megatron import megatron_done
 from llm_assets.stages.training_batches.scatter import SPLITS
+from llm_assets.storage import location_path
 from llm_assets.warehouse.catalog import ShardRecord
-from llm_assets.warehouse.shards import completed_input_fingerprint, temporary_path
+from llm_assets.warehouse.shards import completed_input_fingerprint
 
 COMPLETE_MARKER = "_COMPLETE.json"
 """Written in a batches folder as the last step of a run that wrote and recorded all of it, and
@@ -52,10 +53,11 @@ def _complete_batches(
     records = ctx.catalog.stage_shards(TRAINING_BATCHES, stage_fp)
     if len(records) != shards:
         return None
+    sizes = _remote_sizes(records)
     for record in records:
         if completed_input_fingerprint(record.path) != record.input_fingerprint:
             return None
-        if not _unchanged(record, record.path):
+        if not _unchanged(record, record.path, sizes):
             return None
     recorded = json.loads(extra) if extra else {}
     if megatron and not all(
@@ -76,22 +78,23 @@ def _completion_marker(
     files' sizes. No run id or time: a re-run that writes the same files writes the same marker
     (the catalog's materializations say which run wrote the folder)."""
     files = {}
+    sizes = storage.file_sizes(record.path for record in records)
     for record in records:
-        path = Path(record.path)
-        files[path.name] = {
+        files[location_path(record.path).name] = {
             "rows": record.rows_out,
-            "bytes": path.stat().st_size,
+            "bytes": sizes[record.path],
             "checksum": record.checksum,
         }
     exports = {}
     for split in SPLITS:
-        prefix = folder / "megatron" / f"{split}_text_document"
+        relative = f"megatron/{split}_text_document"
+        prefix = storage.join(folder, relative)
         if megatron_done(prefix, source_fp):
-            sidecar = json.loads(Path(f"{prefix}.json").read_text())
+            sidecar = json.loads(storage.read_text(f"{prefix}.json"))
             exports[split] = {
-                "prefix": prefix.relative_to(folder).as_posix(),
-                "bin_bytes": Path(f"{prefix}.bin").stat().st_size,
-                "idx_bytes": Path(f"{prefix}.idx").stat().st_size,
+                "prefix": relative,
+                "bin_bytes": storage.file_size(f"{prefix}.bin"),
+                "idx_bytes": storage.file_size(f"{prefix}.idx"),
                 "documents": sidecar.get("documents"),
                 "tokens": sidecar.get("tokens"),
             }
@@ -109,36 +112,28 @@ def _mark_complete(
     folder: Path, stage_fp: str, source_fp: str, records: Sequence[ShardRecord]
 ) -> bool:
     """Write the folder's :data:`COMPLETE_MARKER` unless it is there with this content (a reused
-    folder keeps its marker as it is); True when written. Atomic as the shards are: a temporary
-    name (:func:`temporary_path`, which ``remove_stale_temporaries`` clears after a kill), fsync,
-    rename into place."""
+    folder keeps its marker as it is); True when written. Atomic as the shards are
+    (:func:`~llm_assets.storage.write_bytes`: locally a temporary name, which
+    ``remove_stale_temporaries`` clears after a kill, fsync and rename; in object storage one
+    PUT)."""
     marker = _completion_marker(folder, stage_fp, source_fp, records)
-    path = folder / COMPLETE_MARKER
+    path = storage.join(folder, COMPLETE_MARKER)
     try:
-        if json.loads(path.read_text()) == marker:
+        if json.loads(storage.read_text(path)) == marker:
             return False
     except (OSError, ValueError):
         pass  # missing or unreadable: written below
-    tmp = temporary_path(path)
-    try:
-        with open(tmp, "w", encoding="utf-8") as handle:
-            handle.write(json.dumps(marker, indent=1, sort_keys=True) + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    storage.write_bytes(path, (json.dumps(marker, indent=1, sort_keys=True) + "\n").encode())
     return True
 
 
 def _unmark_complete(folder: Path) -> bool:
     """Remove the folder's :data:`COMPLETE_MARKER` (before a run writes any of its files); True
     when there was one."""
-    try:
-        (folder / COMPLETE_MARKER).unlink()
-    except FileNotFoundError:
+    path = storage.join(folder, COMPLETE_MARKER)
+    if not storage.exists(path):
         return False
+    storage.remove(path)
     return True
 
 

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pyarrow.parquet as pq
 
+from llm_assets import storage
 from llm_assets.constants import (
     FILTERED_DOCUMENTS,
     RAW_DOCUMENTS,
@@ -123,12 +123,12 @@ def shuffle_bucket_count(
     Counted from the footers (decoded sizes and row counts), not the files' sizes: the codec of
     the shards, and their text column unless ``text``, do not change the count."""
     total = repeat * sum(
-        decoded_column_bytes(path, scatter_columns(pq.read_schema(path).names, text=text))
+        decoded_column_bytes(path, scatter_columns(storage.parquet_schema(path).names, text=text))
         for path in paths
     )
     buckets = -(-total // SHUFFLE_BUCKET_BYTES)
     if padded_len:
-        rows = repeat * sum(pq.read_metadata(path).num_rows for path in paths)
+        rows = repeat * sum(storage.parquet_metadata(path).num_rows for path in paths)
         buckets = max(buckets, -(-rows * padded_len // PADDED_TOKENS_PER_BUCKET))
     return max(minimum, buckets)
 
@@ -254,7 +254,7 @@ def _prepare(
     all_fp = fingerprint([s.checksum for s in upstream], *scatter_fp_base)
     stage_fp = fingerprint(asset, STAGE_CODE_VERSIONS[asset], config, all_fp)
     meta = carried_metadata(upstream[0].path)
-    schema = pq.read_schema(upstream[0].path)
+    schema = storage.parquet_schema(upstream[0].path)
     eos_id = _eos_id(meta, spec, megatron, sft=PROMPT_TOKENS in schema.names)
     _refuse_conflicts(spec, schema.names, megatron)
     augment_tokenizer = _augment_tokenizer(spec, schema.names, meta, megatron)

@@ -7,13 +7,13 @@ import json
 import time
 from collections import Counter
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from llm_assets import storage
 from llm_assets.constants import TRAINING_BATCHES
 from llm_assets.kernels.batching.bucketing import bucket_layout
 from llm_assets.kernels.batching.labels import (
@@ -418,8 +418,9 @@ def run_gather(task: GatherTask) -> ShardStats:
                 written_rejects: str | None = rejects.commit().path
             else:
                 written_rejects = None
-                if task.rejects_path is not None:  # left by an earlier, killed attempt
-                    Path(task.rejects_path).unlink(missing_ok=True)
+                if task.rejects_path is not None and not storage.is_remote(task.rejects_path):
+                    # Left by an earlier, killed attempt (in a bucket, unrecorded: never read).
+                    storage.remove(task.rejects_path)
             written = writer.commit(
                 {
                     INPUT_FINGERPRINT: task.input_fingerprint,

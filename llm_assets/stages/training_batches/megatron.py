@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -11,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from llm_assets import storage
 from llm_assets.constants import TRAINING_BATCHES
 from llm_assets.kernels.batching.shuffle import shuffle_order
 from llm_assets.kernels.schema import DOC_ID, INPUT_IDS
@@ -22,6 +24,7 @@ from llm_assets.stages.training_batches.scatter import (
     scatter_key,
     scatter_pieces,
 )
+from llm_assets.storage import location_path
 from llm_assets.warehouse.shards import remove_stale_temporaries
 
 
@@ -62,7 +65,7 @@ def _write_megatron(
                 )
             )
     ctx.log.info(f"{TRAINING_BATCHES}: writing {len(tasks)} Megatron dataset(s) (.bin/.idx)")
-    remove_stale_temporaries(folder / "megatron")  # what a killed export left
+    remove_stale_temporaries(folder / "megatron")  # what a killed export left (local only)
     run_on_backend(ctx, TRAINING_BATCHES, folder / "megatron", run_megatron, tasks)
     return prefixes
 
@@ -85,12 +88,11 @@ def megatron_done(prefix: str | Path, input_fingerprint: str) -> bool:
     """True when ``<prefix>.bin/.idx`` exist for this input (their ``.json`` sidecar says so)
     and the ``.bin`` has the size the sidecar recorded; either file deleted or cut short (or a
     sidecar without the size, of an earlier release, or unreadable), the export is written again."""
-    sidecar = Path(f"{prefix}.json")
-    if not all(Path(f"{prefix}{ext}").exists() for ext in (".json", ".idx", ".bin")):
+    if not all(storage.exists(f"{prefix}{ext}") for ext in (".json", ".idx", ".bin")):
         return False
     try:
-        recorded = json.loads(sidecar.read_text())
-        size = Path(f"{prefix}.bin").stat().st_size
+        recorded = json.loads(storage.read_text(f"{prefix}.json"))
+        size = storage.file_size(f"{prefix}.bin")
     except (OSError, ValueError):
         return False
     return (
@@ -102,11 +104,40 @@ def megatron_done(prefix: str | Path, input_fingerprint: str) -> bool:
 
 def run_megatron(task: MegatronTask) -> dict[str, Any]:
     """Worker side: stream bucket by bucket (bounded memory), each bucket in shuffle order, every
-    document followed by EOS (as Megatron's ``preprocess_data.py --append-eod`` does)."""
+    document followed by EOS (as Megatron's ``preprocess_data.py --append-eod`` does). In object
+    storage the two files are written to a local temporary folder and uploaded (the ``.bin``,
+    then the ``.idx``), the sidecar last, as locally."""
+    started = time.perf_counter()
+    if not storage.is_remote(task.prefix):
+        documents, tokens = _write_export(task, task.prefix)
+        bin_bytes = Path(f"{task.prefix}.bin").stat().st_size
+    else:
+        with tempfile.TemporaryDirectory(prefix="llm_assets-megatron-") as spool:
+            local = str(Path(spool) / location_path(task.prefix).name)
+            documents, tokens = _write_export(task, local)
+            for ext in (".bin", ".idx"):
+                storage.upload_file(f"{local}{ext}", f"{task.prefix}{ext}")
+            bin_bytes = Path(f"{local}.bin").stat().st_size
+    sidecar = {
+        "input_fingerprint": task.input_fingerprint,
+        "documents": documents,
+        "tokens": tokens,
+        "bin_bytes": bin_bytes,
+    }
+    storage.write_bytes(f"{task.prefix}.json", json.dumps(sidecar).encode())
+    return {
+        "split": task.split,
+        "documents": documents,
+        "tokens": tokens,
+        "seconds": time.perf_counter() - started,
+    }
+
+
+def _write_export(task: MegatronTask, prefix: str) -> tuple[int, int]:
+    """Write the split's ``<prefix>.bin/.idx`` (local files); its documents and tokens."""
     from llm_assets.kernels.megatron import MegatronWriter
 
-    started = time.perf_counter()
-    writer = MegatronWriter(task.prefix, task.vocab_size)
+    writer = MegatronWriter(prefix, task.vocab_size)
     documents = tokens = 0
     pieces = scatter_pieces(task.scatter_dirs)
     try:
@@ -127,19 +158,4 @@ def run_megatron(task: MegatronTask) -> dict[str, Any]:
     except BaseException:
         writer.abort()
         raise
-    Path(f"{task.prefix}.json").write_text(
-        json.dumps(
-            {
-                "input_fingerprint": task.input_fingerprint,
-                "documents": documents,
-                "tokens": tokens,
-                "bin_bytes": Path(f"{task.prefix}.bin").stat().st_size,
-            }
-        )
-    )
-    return {
-        "split": task.split,
-        "documents": documents,
-        "tokens": tokens,
-        "seconds": time.perf_counter() - started,
-    }
+    return documents, tokens

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 from collections import Counter
-from pathlib import Path
 
-import pyarrow.parquet as pq
-
+from llm_assets import storage
 from llm_assets.constants import TRAINING_BATCHES
 from llm_assets.kernels.batching.spec import BatchSpec
 from llm_assets.kernels.mixing.mixture import MixtureSpec
@@ -87,9 +85,9 @@ def _label_documents(report: StageReport) -> dict[str, dict[str, int]]:
     their ``label`` column, so a folder reused as it is reports them too."""
     totals: dict[str, Counter[str]] = {split: Counter() for split in SPLITS}
     for shard in report.shards:
-        if not Path(shard.path).exists():
+        if not storage.exists(shard.path):
             continue
-        column = pq.read_table(shard.path, columns=[LABEL])[LABEL]
+        column = storage.read_parquet(shard.path, columns=[LABEL])[LABEL]
         totals[shard.shard.rsplit("-", 1)[0]].update(label_counts(column))
     return {split: dict(sorted(c.items())) for split, c in totals.items()}
 

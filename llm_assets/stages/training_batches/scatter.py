@@ -1,5 +1,9 @@
 """The shuffle's first phase: each filtered shard split by (split, bucket) into a scatter folder
-(one Arrow IPC file and its manifest), and how those folders are read back."""
+(one Arrow IPC file and its manifest), and how those folders are read back.
+
+A folder is complete when its manifest is there and says so: locally the folder is built under a
+temporary name and renamed into place; in object storage the IPC object is uploaded first and the
+manifest, written last, marks the folder complete (an earlier manifest is deleted before)."""
 
 from __future__ import annotations
 
@@ -10,7 +14,7 @@ import shutil
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from llm_assets import storage
 from llm_assets.kernels.batching.shuffle import assign_buckets, assign_splits, shuffle_keys
 from llm_assets.kernels.batching.spec import BatchSpec
 from llm_assets.kernels.schema import (
@@ -33,7 +38,8 @@ from llm_assets.kernels.schema import (
     make_doc_id,
 )
 from llm_assets.stages.shard_io import READ_THREADS, PartTimes, timed_reads
-from llm_assets.warehouse.shards import file_checksum, temporary_path
+from llm_assets.storage import is_remote, location_path
+from llm_assets.warehouse.shards import CHECKSUM_ALGORITHM, file_checksum, temporary_path
 
 SCATTER_MANIFEST = "manifest.json"
 
@@ -114,14 +120,14 @@ def read_scatter_manifest(output_dir: str | Path) -> dict[str, Any]:
     strings). With a ``mixture``, per key the documents and tokens of each input file
     (``sources``: {key: {source_file: [documents, tokens]}}), which the mixture is planned from;
     with labels, per key the documents of each class (``labels``)."""
-    return json.loads((Path(output_dir) / SCATTER_MANIFEST).read_text())
+    return json.loads(storage.read_text(storage.join(output_dir, SCATTER_MANIFEST)))
 
 
 def _manifest_pieces(
     output_dir: str | Path, manifest: dict[str, Any]
 ) -> dict[str, list[ScatterPiece]]:
     """Per (split, bucket) key, where its batches lie in the scatter folder ``output_dir``."""
-    path = str(Path(output_dir) / SCATTER_FILE)
+    path = storage.join(output_dir, SCATTER_FILE)
     if not manifest["pieces"]:
         return {}
     schema_offset, schema_length = manifest["schema"]
@@ -152,7 +158,21 @@ def scatter_done(
     A ``labelled`` shard's manifest must also count its documents per class label (``labels``,
     which the balance of the classes is planned from; a folder of an earlier release has none,
     nor the source columns its rejects need); with ``sources`` (a ``mixture``), its documents and
-    tokens per input file (``sources``)."""
+    tokens per input file (``sources``). In object storage the scatter file's size stands for its
+    checksum (objects are written whole; reading it back would download the shuffle twice)."""
+    if is_remote(str(output_dir)):
+        try:
+            manifest = read_scatter_manifest(output_dir)
+            size = storage.file_size(storage.join(output_dir, SCATTER_FILE))
+        except (FileNotFoundError, ValueError):
+            return False
+        return (
+            isinstance(manifest, dict)
+            and manifest.get("input_fingerprint") == input_fingerprint
+            and manifest.get("bytes") == size
+            and (not labelled or isinstance(manifest.get("labels"), dict))
+            and (not sources or isinstance(manifest.get("sources"), dict))
+        )
     folder = Path(output_dir)
     if not (folder / SCATTER_MANIFEST).exists():
         return False
@@ -180,13 +200,10 @@ def read_scatter_pieces(pieces: Iterable[ScatterPiece]) -> pa.Table | None:
     files at 1M rows.)"""
     batches = []
     schemas: dict[bytes, pa.Schema] = {}
-    for path, schema_offset, schema_length, offset, length in pieces:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            head = os.pread(fd, schema_length, schema_offset)
-            body = os.pread(fd, length, offset)
-        finally:
-            os.close(fd)
+    pieces = list(pieces)
+    for (path, _, schema_length, _, length), (head, body) in zip(
+        pieces, _piece_bytes(pieces), strict=True
+    ):
         if len(head) != schema_length or len(body) != length:
             raise ValueError(f"scatter file {path} is shorter than its manifest says")
         schema = schemas.get(head)
@@ -197,13 +214,46 @@ def read_scatter_pieces(pieces: Iterable[ScatterPiece]) -> pa.Table | None:
     return pa.Table.from_batches(batches) if batches else None
 
 
+_SCHEMA_MESSAGES: dict[tuple[str, int, int], bytes] = {}
+"""The schema messages of scatter objects this process fetched, by (URL, offset, length): every
+gather task reads one piece of every scatter file, each starting with that file's schema, which
+a file named by its input and settings holds unchanged (a ranged GET saved per file and task)."""
+
+_SCHEMA_MESSAGES_HELD = 4096
+
+
+def _piece_bytes(pieces: list[ScatterPiece]) -> list[tuple[bytes, bytes]]:
+    """The schema and batch messages of each piece: two reads of one open file locally; in
+    object storage each file's schema message once and every batch message, fetched
+    concurrently (a ranged GET each)."""
+    if any(is_remote(piece[0]) for piece in pieces):
+        heads = sorted({(p[0], p[1], p[2]) for p in pieces} - _SCHEMA_MESSAGES.keys())
+        fetched = storage.read_ranges(heads + [(p[0], p[3], p[4]) for p in pieces])
+        if len(_SCHEMA_MESSAGES) + len(heads) > _SCHEMA_MESSAGES_HELD:
+            _SCHEMA_MESSAGES.clear()
+        _SCHEMA_MESSAGES.update(zip(heads, fetched[: len(heads)], strict=True))
+        bodies = fetched[len(heads) :]
+        return [
+            (_SCHEMA_MESSAGES[(p[0], p[1], p[2])], body)
+            for p, body in zip(pieces, bodies, strict=True)
+        ]
+    out = []
+    for path, schema_offset, schema_length, offset, length in pieces:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            out.append((os.pread(fd, schema_length, schema_offset), os.pread(fd, length, offset)))
+        finally:
+            os.close(fd)
+    return out
+
+
 def read_scatter_bucket(scatter_dirs: Iterable[str], split: str, bucket: int) -> pa.Table | None:
     """Every scattered document of one (split, bucket), from all scatter folders, or None."""
     return read_scatter_pieces(scatter_pieces(scatter_dirs).get(scatter_key(split, bucket), []))
 
 
 def _message_ranges(
-    path: Path, ends: list[tuple[str, int]]
+    path: Path | str, ends: list[tuple[str, int]]
 ) -> tuple[list[int] | None, dict[str, list[list[int]]]]:
     """The [offset, length] of an IPC file's schema message and of each batch's message, per
     key, from where each batch ended (the writer's position after it; ``ends`` in write order).
@@ -211,8 +261,7 @@ def _message_ranges(
     message ends: read back."""
     if not ends:
         return None, {}
-    with open(path, "rb") as handle:
-        head = pa.BufferReader(handle.read(ends[0][1]))
+    head = pa.BufferReader(storage.read_ranges([(str(path), 0, ends[0][1])])[0])
     head.seek(_IPC_MAGIC_BYTES)
     pa.ipc.read_message(head)
     start = head.tell()
@@ -251,91 +300,144 @@ def _scatter_chunks(source: pq.ParquetFile, columns: list[str]) -> Iterator[pa.T
 def run_scatter(task: ScatterTask) -> dict[str, Any]:
     """Worker side of the first batching phase: one IPC file with one record batch per (split,
     bucket) and chunk of the shard (:data:`SCATTER_CHUNK_BYTES`; one chunk for shards of
-    ordinary size). The folder is built under a temporary name and renamed into place, so it is
-    either complete or absent."""
+    ordinary size). The folder is either complete or not there: locally it is built under a
+    temporary name and renamed into place; in object storage its manifest is written last (see
+    the module docstring)."""
     started = time.perf_counter()
     parts = PartTimes()
-    final = Path(task.output_dir)
-    tmp = temporary_path(final)
-    tmp.mkdir(parents=True)
-    counts: Counter[str] = Counter()
-    labels: dict[str, Counter[str]] = {}
-    by_source: dict[str, dict[str, list[int]]] = {}
-    mixed = task.spec.mixture is not None
-    lengths: Counter[int] = Counter()
-    ends: list[tuple[str, int]] = []
-    rows = 0
+    final = location_path(task.output_dir)
+    remote = is_remote(task.output_dir)
+    if remote:
+        target = final
+        storage.remove(final / SCATTER_MANIFEST)  # an earlier folder's: not done until rewritten
+    else:
+        target = temporary_path(final)
+        target.mkdir(parents=True)
+    sink: Any = None
     try:
-        with pq.ParquetFile(task.input_path) as source, contextlib.ExitStack() as files:
-            with parts.part("read"):
-                columns = scatter_columns(
-                    source.schema_arrow.names, text=task.spec.augment != "none", sources=mixed
-                )
-            out = sink = None
-            for table in timed_reads(_scatter_chunks(source, columns), parts):
-                with parts.part("compute"):
-                    keyed, present, starts, sizes, chunk_lengths = _scatter_order(table, task)
-                    lengths.update(chunk_lengths)
-                    rows += table.num_rows
-                with parts.part("write"):
-                    if out is None:
-                        sink = files.enter_context(pa.OSFile(str(tmp / SCATTER_FILE), "wb"))
-                        options = pa.ipc.IpcWriteOptions(
-                            compression="lz4", use_threads=READ_THREADS
-                        )
-                        out = files.enter_context(
-                            pa.ipc.new_file(sink, keyed.schema, options=options)
-                        )
-                    for group, start, size in zip(present, starts, sizes, strict=True):
-                        split, bucket = divmod(int(group), task.n_buckets)
-                        part = keyed.slice(int(start), int(size)).combine_chunks()
-                        (batch,) = part.to_batches()  # one chunk after combine_chunks
-                        out.write_batch(batch)
-                        key = scatter_key(SPLITS[split], bucket)
-                        counts[key] += int(size)
-                        if LABEL in part.column_names:
-                            labels.setdefault(key, Counter()).update(label_counts(part[LABEL]))
-                        if mixed:
-                            held = by_source.setdefault(key, {})
-                            for name, (docs, tokens) in source_counts(part).items():
-                                was = held.setdefault(name, [0, 0])
-                                was[0] += docs
-                                was[1] += tokens
-                        ends.append((key, sink.tell()))
-                del table, keyed
-        with parts.part("write"):
-            schema, pieces = _message_ranges(tmp / SCATTER_FILE, ends)
+        with parts.part("read"):
+            source = storage.parquet_file(task.input_path)
+        with source, contextlib.ExitStack() as files:
+            sink, scattered = _scatter_into(task, source, target / SCATTER_FILE, files, parts)
         with parts.part("commit"):
-            (tmp / SCATTER_MANIFEST).write_text(
-                json.dumps(
-                    {
-                        "input_fingerprint": task.input_fingerprint,
-                        "checksum": file_checksum(tmp / SCATTER_FILE),
-                        "counts": dict(counts),
-                        "schema": schema,
-                        "pieces": pieces,
-                        "lengths": {str(n): d for n, d in sorted(lengths.items())},
-                        **(
-                            {"labels": {k: dict(sorted(c.items())) for k, c in labels.items()}}
-                            if LABEL in columns
-                            else {}
-                        ),
-                        **({"sources": by_source} if mixed else {}),
-                    }
-                )
-            )
-            if final.exists():
-                shutil.rmtree(final)
-            os.replace(tmp, final)
+            if remote:
+                sink.commit()
+                size, checksum = sink.size, f"{CHECKSUM_ALGORITHM}:{sink.hexdigest}"
+            else:
+                size = (target / SCATTER_FILE).stat().st_size
+                checksum = file_checksum(target / SCATTER_FILE)
+        with parts.part("write"):
+            schema, pieces = _message_ranges(target / SCATTER_FILE, scattered.ends)
+        with parts.part("commit"):
+            manifest = scattered.manifest(task.input_fingerprint, checksum, size, schema, pieces)
+            if remote:
+                storage.write_bytes(final / SCATTER_MANIFEST, json.dumps(manifest).encode())
+            else:
+                (target / SCATTER_MANIFEST).write_text(json.dumps(manifest))
+                if final.exists():
+                    shutil.rmtree(final)
+                os.replace(target, final)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if remote:
+            if isinstance(sink, storage.ObjectWriter) and not sink.closed:
+                sink.discard()
+        else:
+            shutil.rmtree(target, ignore_errors=True)
         raise
     return {
         "shard": task.key,
-        "rows": rows,
+        "rows": scattered.rows,
         "seconds": time.perf_counter() - started,
         "parts": parts.as_dict(),
     }
+
+
+@dataclass
+class _ScatterCounts:
+    """What one scatter counted while it wrote (its manifest's content)."""
+
+    columns: list[str]
+    mixed: bool
+    counts: Counter[str] = field(default_factory=Counter)
+    labels: dict[str, Counter[str]] = field(default_factory=dict)
+    by_source: dict[str, dict[str, list[int]]] = field(default_factory=dict)
+    lengths: Counter[int] = field(default_factory=Counter)
+    ends: list[tuple[str, int]] = field(default_factory=list)
+    rows: int = 0
+
+    def manifest(
+        self,
+        input_fingerprint: str,
+        checksum: str,
+        size: int,
+        schema: list[int] | None,
+        pieces: dict[str, list[list[int]]],
+    ) -> dict[str, Any]:
+        """The manifest (:func:`read_scatter_manifest`) of the folder written."""
+        return {
+            "input_fingerprint": input_fingerprint,
+            "checksum": checksum,
+            "bytes": size,
+            "counts": dict(self.counts),
+            "schema": schema,
+            "pieces": pieces,
+            "lengths": {str(n): d for n, d in sorted(self.lengths.items())},
+            **(
+                {"labels": {k: dict(sorted(c.items())) for k, c in self.labels.items()}}
+                if LABEL in self.columns
+                else {}
+            ),
+            **({"sources": self.by_source} if self.mixed else {}),
+        }
+
+
+def _scatter_into(
+    task: ScatterTask,
+    source: pq.ParquetFile,
+    path: Path,
+    files: contextlib.ExitStack,
+    parts: PartTimes,
+) -> tuple[Any, _ScatterCounts]:
+    """Write the shard's chunks into the IPC file at ``path`` (a local file, or an object's
+    upload, which the caller commits); the sink and what was counted."""
+    mixed = task.spec.mixture is not None
+    with parts.part("read"):
+        columns = scatter_columns(
+            source.schema_arrow.names, text=task.spec.augment != "none", sources=mixed
+        )
+    scattered = _ScatterCounts(columns=columns, mixed=mixed)
+    out = sink = None
+    for table in timed_reads(_scatter_chunks(source, columns), parts):
+        with parts.part("compute"):
+            keyed, present, starts, sizes, chunk_lengths = _scatter_order(table, task)
+            scattered.lengths.update(chunk_lengths)
+            scattered.rows += table.num_rows
+        with parts.part("write"):
+            if out is None:
+                if is_remote(str(path)):
+                    sink = storage.ObjectWriter(str(path))
+                else:
+                    sink = files.enter_context(pa.OSFile(str(path), "wb"))
+                options = pa.ipc.IpcWriteOptions(compression="lz4", use_threads=READ_THREADS)
+                out = files.enter_context(pa.ipc.new_file(sink, keyed.schema, options=options))
+            for group, start, size in zip(present, starts, sizes, strict=True):
+                split, bucket = divmod(int(group), task.n_buckets)
+                part = keyed.slice(int(start), int(size)).combine_chunks()
+                (batch,) = part.to_batches()  # one chunk after combine_chunks
+                out.write_batch(batch)
+                key = scatter_key(SPLITS[split], bucket)
+                scattered.counts[key] += int(size)
+                if LABEL in part.column_names:
+                    scattered.labels.setdefault(key, Counter()).update(label_counts(part[LABEL]))
+                if mixed:
+                    held = scattered.by_source.setdefault(key, {})
+                    for name, (docs, tokens) in source_counts(part).items():
+                        was = held.setdefault(name, [0, 0])
+                        was[0] += docs
+                        was[1] += tokens
+                scattered.ends.append((key, sink.tell()))
+        del table, keyed
+    return sink, scattered
 
 
 def source_counts(table: pa.Table) -> dict[str, tuple[int, int]]:
