@@ -32,7 +32,7 @@ import pyarrow.parquet as pq
 import xxhash
 
 from llm_assets import storage
-from llm_assets.kernels.schema import CATEGORICAL_COLUMNS
+from llm_assets.kernels.schema import CATEGORICAL_COLUMNS, CONTENT_COLUMNS
 from llm_assets.storage import TMP_MARKER, is_remote, location_path, temporary_path
 
 META_PREFIX = "llm_assets."
@@ -105,6 +105,20 @@ class WrittenFile:
     checksum: str
 
 
+def _leaf_paths(name: str, type_: pa.DataType) -> list[str]:
+    """The Parquet column paths of an Arrow field (``input_ids.list.element``)."""
+    if pa.types.is_list(type_) or pa.types.is_large_list(type_):
+        return _leaf_paths(f"{name}.list.element", type_.value_type)
+    if pa.types.is_struct(type_):
+        return [p for f in type_ for p in _leaf_paths(f"{name}.{f.name}", f.type)]
+    return [name]
+
+
+def _statistics_paths(schema: pa.Schema) -> list[str]:
+    """The columns written with min/max statistics: all but :data:`CONTENT_COLUMNS`."""
+    return [p for f in schema if f.name not in CONTENT_COLUMNS for p in _leaf_paths(f.name, f.type)]
+
+
 class AtomicParquetWriter:
     """Streams record batches into a temporary file; :meth:`commit` renames it into place.
 
@@ -150,6 +164,7 @@ class AtomicParquetWriter:
             compression=compression,
             compression_level=compression_level,
             use_dictionary=[n for n in self.schema.names if n in CATEGORICAL_COLUMNS] or False,
+            write_statistics=_statistics_paths(self.schema),
         )
 
     def write(self, table: pa.Table | pa.RecordBatch) -> None:
