@@ -133,6 +133,43 @@ def learned_span_arrays(
     return rows, start.to_numpy().astype(np.int64), end.to_numpy().astype(np.int64)
 
 
+SCAN_WINDOW = 1 << 23
+"""Bytes :func:`single_spaced` scans at a time: its masks take a few bytes per byte scanned, so
+one 60 MB document would otherwise need ~300 MB of them at once."""
+
+
+def _flagged_bytes(data: np.ndarray) -> np.ndarray:
+    """Positions in ``data`` (UTF-8) of a double space, an ASCII control character or the first
+    byte of a Unicode space or C1 control, in order; a window of bytes at a time."""
+    parts = [np.zeros(0, np.int64)]
+    size = len(data)
+    for first in range(0, size, SCAN_WINDOW):
+        last = min(first + SCAN_WINDOW, size)
+        # The window and the two bytes after it (zeros past the end), for multi-byte characters.
+        ahead = data[first : min(last + 2, size)]
+        if len(ahead) < last - first + 2:
+            ahead = np.concatenate([ahead, np.zeros(last - first + 2 - len(ahead), np.uint8)])
+        window = ahead[: last - first]
+        double = np.flatnonzero((window == 0x20) & (ahead[1 : last - first + 1] == 0x20))
+        # Bytes < 0x20 and DEL; C2 (U+0080-U+00BF), E1 (U+1000-U+1FFF), E2 (U+2000-U+2FFF), E3.
+        maybe = np.flatnonzero(
+            (window < 0x20) | (window == 0x7F) | (window == 0xC2) | (window - 0xE1 <= 2)
+        )
+        b0, b1, b2 = ahead[maybe], ahead[maybe + 1], ahead[maybe + 2]
+        unicode_space = (
+            ((b0 == 0xC2) & (b1 >= 0x80) & (b1 <= 0xA0))  # C1 controls, U+0085, U+00A0
+            | ((b0 == 0xE1) & (b1 == 0x9A) & (b2 == 0x80))  # U+1680
+            | ((b0 == 0xE1) & (b1 == 0xA0) & (b2 == 0x8E))  # U+180E
+            | ((b0 == 0xE2) & (b1 == 0x80) & (((b2 >= 0x80) & (b2 <= 0x8A)) | (b2 == 0xA8)))
+            | ((b0 == 0xE2) & (b1 == 0x80) & ((b2 == 0xA9) | (b2 == 0xAF)))  # U+2029, U+202F
+            | ((b0 == 0xE2) & (b1 == 0x81) & (b2 == 0x9F))  # U+205F
+            | ((b0 == 0xE3) & (b1 == 0x80) & (b2 == 0x80))  # U+3000
+        )
+        control = (b0 < 0x20) | (b0 == 0x7F)
+        parts += [double + first, maybe[control | unicode_space] + first]
+    return np.concatenate(parts)
+
+
 def single_spaced(texts: pa.Array) -> np.ndarray:
     """Per row of a string array: is its only whitespace single ASCII spaces between other
     characters, with no control character? (No tab, newline, Unicode space, C0/C1 control,
@@ -144,27 +181,12 @@ def single_spaced(texts: pa.Array) -> np.ndarray:
     offsets = offsets[texts.offset : texts.offset + len(texts) + 1].astype(np.int64)
     data = np.frombuffer(texts.buffers()[2] or b"", dtype=np.uint8)[offsets[0] : offsets[-1]]
     offsets -= offsets[0]
-    space = data == 0x20
-    flagged = np.flatnonzero(space[:-1] & space[1:])  # a double space
-    # Bytes < 0x20 and DEL; C2 (U+0080-U+00BF), E1 (U+1000-U+1FFF), E2 (U+2000-U+2FFF), E3.
-    maybe = np.flatnonzero((data < 0x20) | (data == 0x7F) | (data == 0xC2) | (data - 0xE1 <= 2))
-    padded = np.concatenate([data, np.zeros(2, np.uint8)])
-    b0, b1, b2 = padded[maybe], padded[maybe + 1], padded[maybe + 2]
-    unicode_space = (
-        ((b0 == 0xC2) & (b1 >= 0x80) & (b1 <= 0xA0))  # C1 controls, U+0085, U+00A0
-        | ((b0 == 0xE1) & (b1 == 0x9A) & (b2 == 0x80))  # U+1680
-        | ((b0 == 0xE1) & (b1 == 0xA0) & (b2 == 0x8E))  # U+180E
-        | ((b0 == 0xE2) & (b1 == 0x80) & (((b2 >= 0x80) & (b2 <= 0x8A)) | (b2 == 0xA8)))
-        | ((b0 == 0xE2) & (b1 == 0x80) & ((b2 == 0xA9) | (b2 == 0xAF)))  # U+2029, U+202F
-        | ((b0 == 0xE2) & (b1 == 0x81) & (b2 == 0x9F))  # U+205F
-        | ((b0 == 0xE3) & (b1 == 0x80) & (b2 == 0x80))  # U+3000
-    )
-    control = (b0 < 0x20) | (b0 == 0x7F)
-    flagged = np.concatenate([flagged, maybe[control | unicode_space]])
+    flagged = _flagged_bytes(data)
     bad = np.zeros(len(texts), dtype=bool)
     bad[np.searchsorted(offsets, flagged, side="right") - 1] = True
     nonempty = np.flatnonzero(offsets[1:] > offsets[:-1])
-    bad[nonempty[space[offsets[nonempty]] | space[offsets[nonempty + 1] - 1]]] = True
+    edges = (data[offsets[nonempty]] == 0x20) | (data[offsets[nonempty + 1] - 1] == 0x20)
+    bad[nonempty[edges]] = True
     return ~bad
 
 

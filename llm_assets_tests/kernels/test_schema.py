@@ -114,3 +114,23 @@ def test_drop_rows_refuses_a_reason_count_that_does_not_match_and_a_mask_with_nu
         drop_rows(table, [True, False, False], stage="s", reasons=["a", "b"], values=[None, None])
     with pytest.raises(ValueError, match="nulls"):
         drop_rows(table, [True, None, False], stage="s", reasons=["a"], values=[None])
+
+
+@given(
+    st.lists(
+        st.lists(
+            st.sampled_from(["a", " ", "é", "\n", "\u00a0", "\u2003", "\x85", "\u3000", "\x1f"]),
+            max_size=12,
+        ).map("".join),
+        max_size=10,
+    ),
+    st.integers(1, 6),
+)
+def test_a_scan_in_small_windows_equals_the_reference(texts, window):
+    """Bytes scanned a window at a time: a character or a double space across two windows is
+    still seen."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("llm_assets.kernels.schema.SCAN_WINDOW", window)
+        assert single_spaced(pa.array(texts, pa.string())).tolist() == [
+            _reference(t) for t in texts
+        ]

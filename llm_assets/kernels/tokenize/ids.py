@@ -21,6 +21,11 @@ def token_dtype(vocab_size: int) -> pa.DataType:
     return pa.uint16() if vocab_size <= 65536 else pa.int32()
 
 
+GATHER_WINDOW = 1 << 20
+"""Pieces whose ids :func:`_encode_by_words` gathers at a time: its index arrays take ~32 bytes a
+piece, so one 60 MB document of words (12M pieces) would need ~400 MB of them at once."""
+
+
 def ids_to_arrow(ids: list[list[int]], vocab_size: int) -> tuple[pa.Array, pa.Array]:
     """Token id lists as an Arrow list column of the vocabulary's dtype, plus int32 counts."""
     counts = np.fromiter(map(len, ids), dtype=np.int32, count=len(ids))
@@ -58,25 +63,34 @@ def _encode_by_words(tok: Tokenizer, texts: pa.StringArray) -> tuple[pa.Array, p
         return lists, pa.concat_arrays([fast[1], rest[1]]).take(order)
     pieces, first_piece = _space_pieces(texts)
     encoded = pieces.dictionary_encode()
+    del pieces
     piece_ids = tok.encode_batch(encoded.dictionary.to_pylist())
-    piece_counts = np.fromiter(map(len, piece_ids), dtype=np.int64, count=len(piece_ids))
+    piece_counts = np.fromiter(map(len, piece_ids), dtype=np.int32, count=len(piece_ids))
     flat_ids = np.fromiter(
         itertools.chain.from_iterable(piece_ids),
         dtype=dtype.to_pandas_dtype(),
-        count=int(piece_counts.sum()),
+        count=int(piece_counts.sum(dtype=np.int64)),
     )
+    del piece_ids
     piece_starts = np.zeros(len(piece_counts) + 1, dtype=np.int64)
     np.cumsum(piece_counts, out=piece_starts[1:])
-    # Every piece of the batch, in order, replaced by its distinct piece's ids: a gather of
-    # flat_ids (each occurrence's run of ids is its piece's run, shifted to its output place).
     which = encoded.indices.to_numpy()
     counts = piece_counts[which]
     ends = np.zeros(len(which) + 1, dtype=np.int64)
     np.cumsum(counts, out=ends[1:])
-    gather = np.repeat(piece_starts[which] - ends[:-1], counts)
-    gather += np.arange(int(ends[-1]), dtype=np.int64)
+    ids = np.empty(int(ends[-1]), dtype=flat_ids.dtype)
+    # Every piece of the batch, in order, replaced by its distinct piece's ids: a gather of
+    # flat_ids (each occurrence's run of ids is its piece's run, shifted to its output place),
+    # a window of pieces at a time so that its index arrays stay small whatever the batch holds.
+    for first in range(0, len(which), GATHER_WINDOW):
+        last = min(first + GATHER_WINDOW, len(which))
+        start, end = int(ends[first]), int(ends[last])
+        shift = piece_starts[which[first:last]] - (ends[first:last] - start)
+        gather = np.repeat(shift, counts[first:last])
+        gather += np.arange(end - start, dtype=np.int64)
+        ids[start:end] = flat_ids[gather]
     row_counts = (ends[first_piece[1:]] - ends[first_piece[:-1]]).astype(np.int32)
-    return _lists(flat_ids[gather], row_counts, dtype), pa.array(row_counts, pa.int32())
+    return _lists(ids, row_counts, dtype), pa.array(row_counts, pa.int32())
 
 
 def _space_pieces(texts: pa.StringArray) -> tuple[pa.Array, np.ndarray]:
@@ -98,11 +112,14 @@ def _space_pieces(texts: pa.StringArray) -> tuple[pa.Array, np.ndarray]:
     starts[relative[:-1]] = True
     starts[size] = True
     bounds = np.flatnonzero(starts)
-    piece_offsets = pa.py_buffer((bounds + base).astype(offset_type))
+    del starts  # as many bytes as the text: freed before the offsets are made
+    first_piece = np.searchsorted(bounds, relative)
+    bounds += base
+    piece_offsets = pa.py_buffer(bounds.astype(offset_type, copy=False))
     pieces = pa.Array.from_buffers(
         texts.type, len(bounds) - 1, [None, piece_offsets, texts.buffers()[2]]
     )
-    return pieces, np.searchsorted(bounds, relative)
+    return pieces, first_piece
 
 
 def _lists_from(values: pa.Array, counts: np.ndarray) -> pa.Array:

@@ -85,3 +85,14 @@ def test_token_dtype_follows_vocabulary_size():
     assert token_dtype(50257) == pa.uint16()
     assert token_dtype(65536) == pa.uint16()
     assert token_dtype(128_256) == pa.int32()
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(_WORDISH, max_size=12), st.integers(1, 5), st.integers(1, 9))
+def test_windowed_scans_and_gathers_equal_row_by_row_encoding(texts, pieces, scan_bytes):
+    """With windows of a few pieces and bytes (a big document's case, at a small size), the
+    ids are still those of encoding each row whole."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("llm_assets.kernels.tokenize.ids.GATHER_WINDOW", pieces)
+        patch.setattr("llm_assets.kernels.schema.SCAN_WINDOW", scan_bytes)
+        _arrow_equals_rows(pa.array(texts + TRICKY, pa.string()))
