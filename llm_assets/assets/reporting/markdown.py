@@ -7,6 +7,9 @@ import html
 import re
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from llm_assets import storage
 from llm_assets.stages.engine import StageReport
 from llm_assets.warehouse.catalog import Catalog
@@ -75,14 +78,35 @@ def _cell(value: Any) -> str:
     ``_CELL_CHARS`` characters of text, cut before escaping (so no entity is split); a list
     shows its first items and always its whole length, ``[a, b, …] (1024)``."""
     if isinstance(value, list):
-        suffix = f"{', …' if len(value) > _LIST_ITEMS else ''}] ({len(value)})"
-        head = "[" + ", ".join(str(v) for v in value[:_LIST_ITEMS])
-        room = _CELL_CHARS - len(suffix)
-        if len(head) > room:
-            head = head[: room - 1] + "…"
-        return _escape(head) + _escape(suffix)
+        return _list_cell(value, len(value))
     text = "" if value is None else str(value)
     return _escape(text if len(text) <= _CELL_CHARS else text[: _CELL_CHARS - 1] + "…")
+
+
+def _list_cell(head: list[Any], length: int) -> str:
+    """:func:`_cell` of a list of ``length`` items whose first ones are ``head``."""
+    suffix = f"{', …' if length > _LIST_ITEMS else ''}] ({length})"
+    text = "[" + ", ".join(str(v) for v in head[:_LIST_ITEMS])
+    room = _CELL_CHARS - len(suffix)
+    if len(text) > room:
+        text = text[: room - 1] + "…"
+    return _escape(text) + _escape(suffix)
+
+
+def _column_cells(column: pa.ChunkedArray) -> list[str]:
+    """:func:`_cell` of each value, cut in Arrow first: a 60 MB text or a list of millions of
+    ids becomes the few characters or items shown, never a Python object of its size."""
+    kind = column.type
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        lengths = pc.list_value_length(column).to_pylist()
+        heads = pc.list_slice(column, 0, _LIST_ITEMS).to_pylist()
+        return [
+            _cell(None) if n is None else _list_cell(h, n)
+            for h, n in zip(heads, lengths, strict=True)
+        ]
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        column = pc.utf8_slice_codeunits(column, 0, _CELL_CHARS + 1)
+    return [_cell(value) for value in column.to_pylist()]
 
 
 def _fenced(text: str) -> str:
@@ -115,10 +139,8 @@ def sample_markdown(report: StageReport, rows: int = _SAMPLE_ROWS) -> str:
             table = storage.parquet_file(shard.path).read_row_group(0).slice(0, rows)
             header = "| " + " | ".join(table.column_names) + " |"
             rule = "|" + "---|" * table.num_columns
-            lines = [
-                "| " + " | ".join(_cell(v) for v in row.values()) + " |"
-                for row in table.to_pylist()
-            ]
+            cells = zip(*(_column_cells(column) for column in table.columns), strict=True)
+            lines = ["| " + " | ".join(row) + " |" for row in cells]
             return "\n".join([header, rule, *lines])
     return "_no rows_"
 

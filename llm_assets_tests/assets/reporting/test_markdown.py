@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import pyarrow as pa
+
 from llm_assets.assets.reporting.markdown import (
     _cell,
+    _column_cells,
     _fenced,
     code_span,
     count,
@@ -24,6 +27,23 @@ def test_metadata_tables_show_text_literally():
     )
     assert _cell(list(range(100_000, 101_024))).endswith("…\\] (1024)")
     assert len(_cell("x" * 500)) == 80
+
+
+def test_sample_cells_cut_in_arrow_render_as_the_whole_values_would():
+    """The sample table cuts texts and lists in Arrow before they become Python objects; what it
+    shows is what the whole values would show (their lengths included)."""
+    table = pa.table(
+        {
+            "text": ["é" * 500, "short", None, "x" * 80, "y" * 81],
+            "ids": pa.array(
+                [list(range(1024)), [], None, list(range(12)), list(range(13))],
+                pa.list_(pa.uint16()),
+            ),
+            "n": [1, 2, 3, 4, 5],
+        }
+    )
+    for column in table.columns:
+        assert _column_cells(column) == [_cell(value) for value in column.to_pylist()]
 
 
 def test_the_sft_example_is_a_code_block_whatever_backticks_the_text_holds():
