@@ -34,7 +34,7 @@ def _work(name: str, rows: int):
 
         def spin() -> None:
             total = 0
-            for i in range(rows * 500):
+            for i in range(rows * 1000):
                 total += i
 
         return spin
@@ -95,7 +95,7 @@ def _run(name: str, rows: int, processes: int) -> list[tuple[float, float]]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=3, help="pairs of measurements (medians)")
-    parser.add_argument("--rows", type=int, default=20_000, help="rows per timed run")
+    parser.add_argument("--rows", type=int, default=50_000, help="rows per timed run")
     parser.add_argument("--workloads", nargs="+", choices=WORKLOADS, default=list(WORKLOADS))
     args = parser.parse_args(argv)
     print(f"{'workload':<10} {'alone s':>8} {'pair s':>8} {'scaling':>8} {'CPU pair/alone':>15}")
