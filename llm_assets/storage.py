@@ -156,12 +156,7 @@ def read_range(location: str, start: int, end: int) -> bytes:
     """The bytes ``[start, end)`` of a local file or an object (one range request)."""
     if end <= start:
         return b""
-    if not is_remote(location):
-        with open(local_path(location), "rb") as handle:
-            handle.seek(start)
-            return handle.read(end - start)
-    fs, path = filesystem(location)
-    return fs.cat_file(path, start=start, end=end)
+    return read_ranges([(location, start, end - start)])[0]
 
 
 @dataclass(frozen=True)
@@ -383,7 +378,7 @@ def read_ranges(ranges: Sequence[tuple[str, int, int]]) -> list[bytes]:
         if is_remote(location):
             remote[i] = (location, offset, length)
             continue
-        fd = os.open(location, os.O_RDONLY)
+        fd = os.open(local_path(location), os.O_RDONLY)
         try:
             out[i] = os.pread(fd, length, offset)
         finally:
