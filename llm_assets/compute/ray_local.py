@@ -208,9 +208,12 @@ def start_local_ray(num_cpus: int, object_store_bytes: int, log: Logger) -> Any:
         node = _start_lean_node(num_cpus, object_store_bytes)
     except (ImportError, AttributeError, TypeError) as exc:
         log.warning(f"lean Ray start unavailable ({exc!r}); using ray.init")
-        # Workers inherit the environment of the raylet, which inherits it from here.
+        # Workers inherit the environment of the raylet, which inherits it from here. "local":
+        # a Ray of this run's own, even when another cluster runs on the machine (without it
+        # ray.init joins that one, and refuses num_cpus).
         with _environ(WORKER_ENV):
             ray.init(
+                address="local",
                 num_cpus=num_cpus,
                 object_store_memory=object_store_bytes,
                 include_dashboard=False,
