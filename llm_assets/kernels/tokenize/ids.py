@@ -75,18 +75,22 @@ def _encode_by_words(tok: Tokenizer, texts: pa.StringArray) -> tuple[pa.Array, p
     piece_starts = np.zeros(len(piece_counts) + 1, dtype=np.int64)
     np.cumsum(piece_counts, out=piece_starts[1:])
     which = encoded.indices.to_numpy()
-    counts = piece_counts[which]
-    ends = np.zeros(len(which) + 1, dtype=np.int64)
-    np.cumsum(counts, out=ends[1:])
-    ids = np.empty(int(ends[-1]), dtype=flat_ids.dtype)
+    occurrences = np.bincount(which, minlength=len(piece_counts))
+    total = int(occurrences @ piece_counts.astype(np.int64))
+    # Where each piece's ids end in the output: int32 unless the batch has 2**31 ids or more.
+    ends = np.zeros(len(which) + 1, dtype=np.int32 if total < 2**31 else np.int64)
+    ids = np.empty(total, dtype=flat_ids.dtype)
     # Every piece of the batch, in order, replaced by its distinct piece's ids: a gather of
     # flat_ids (each occurrence's run of ids is its piece's run, shifted to its output place),
     # a window of pieces at a time so that its index arrays stay small whatever the batch holds.
     for first in range(0, len(which), GATHER_WINDOW):
         last = min(first + GATHER_WINDOW, len(which))
+        counts = piece_counts[which[first:last]]
+        np.cumsum(counts, out=ends[first + 1 : last + 1])
+        ends[first + 1 : last + 1] += ends[first]
         start, end = int(ends[first]), int(ends[last])
         shift = piece_starts[which[first:last]] - (ends[first:last] - start)
-        gather = np.repeat(shift, counts[first:last])
+        gather = np.repeat(shift, counts)
         gather += np.arange(end - start, dtype=np.int64)
         ids[start:end] = flat_ids[gather]
     row_counts = (ends[first_piece[1:]] - ends[first_piece[:-1]]).astype(np.int32)
