@@ -30,6 +30,7 @@ import json
 import os
 import shutil
 import time
+from array import array
 from collections.abc import Callable, Iterable, Iterator
 from functools import lru_cache
 from pathlib import Path
@@ -49,6 +50,8 @@ SEQ_LEN = 1024
 """Tokens per packed block: our :class:`~llm_assets.kernels.batching.spec.BatchSpec` default."""
 MAP_BATCH = 1000
 """Documents per batched call (``Dataset.map``'s default batch size), both peers."""
+WRITE_TOKENS = 1 << 20
+"""The datatrove writer flushes its buffer of ids to the file at this many tokens."""
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 """Set for every peer run: nothing may reach the hub, and one tokenizer thread per worker (as
 ours and the study's runners use)."""
@@ -205,24 +208,33 @@ def _datatrove_steps() -> tuple[type, type, type]:
                         yield doc
 
     class PackedWriter(PipelineStep):
-        """The task's documents packed into blocks, written as one ``.npy`` of uint16 ids, and
-        a JSON of what it read and kept (the driver sums them)."""
+        """The task's documents, each followed by EOS, streamed as uint16 ids into one file:
+        the packed blocks of any ``seq_len`` back to back (:func:`pack` cuts the same stream). Then
+        a JSON of what it kept (the driver sums them)."""
 
         name = "packed writer"
         type = "llm-assets"
 
-        def __init__(self, output_dir: str, seq_len: int) -> None:
+        def __init__(self, output_dir: str) -> None:
             super().__init__()
-            self.output_dir, self.seq_len = output_dir, seq_len
+            self.output_dir = output_dir
 
         def run(self, data: Iterable[Any], rank: int = 0, world_size: int = 1) -> Iterator[Any]:
-            docs = [doc.metadata.pop("input_ids") for doc in data]
-            flat = np.array([t for block in pack(docs, self.seq_len) for t in block], np.uint16)
             out = Path(self.output_dir)
             out.mkdir(parents=True, exist_ok=True)
-            np.save(out / f"{rank:05d}.npy", flat)
-            stats = {"kept": len(docs), "tokens": sum(len(d) for d in docs)}
-            (out / f"{rank:05d}.json").write_text(json.dumps(stats))
+            kept = tokens = 0
+            buffer = array("H")
+            with open(out / f"{rank:05d}.bin", "wb") as handle:
+                for doc in data:
+                    ids = doc.metadata.pop("input_ids")
+                    kept, tokens = kept + 1, tokens + len(ids)
+                    buffer.extend(ids)
+                    buffer.append(GPT2_EOS_ID)
+                    if len(buffer) >= WRITE_TOKENS:
+                        handle.write(buffer.tobytes())
+                        buffer = array("H")
+                handle.write(buffer.tobytes())
+            (out / f"{rank:05d}.json").write_text(json.dumps({"kept": kept, "tokens": tokens}))
             return iter(())
 
     return AsciiLower, Gpt2LengthFilter, PackedWriter
@@ -245,7 +257,6 @@ def run_datatrove(
     work_dir: str | Path,
     workers: int = 0,
     min_tokens: int = STUDY_MIN_TOKENS,
-    seq_len: int = SEQ_LEN,
 ) -> ReferenceResult:
     """The job with datatrove: split the corpus into one file per task, then
     ``LocalPipelineExecutor(tasks=workers, workers=workers)``. ``startup_seconds`` is the import
@@ -268,7 +279,7 @@ def run_datatrove(
             JsonlReader(str(out / "input"), glob_pattern="*.jsonl", add_file_path=False),
             ascii_lower(),
             length_filter(min_tokens),
-            writer(str(out / "packed"), seq_len),
+            writer(str(out / "packed")),
         ],
         tasks=workers,
         workers=workers,
