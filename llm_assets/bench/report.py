@@ -108,16 +108,17 @@ def reference_table(summaries: Sequence[Summary]) -> str:
 
 def peers_table(summaries: Sequence[Summary]) -> str:
     """Each peer beside each of our backends at the same size: wall seconds and peak PSS, and
-    ours / peer for both (below 1: ours is faster or smaller), with the rows and tokens each kept
-    (equal when both did the same job; marked when not)."""
+    ours / peer for both and for CPU seconds (below 1: ours is faster, smaller or cheaper; CPU
+    seconds move less than wall time when other work shares the cores), with the rows and tokens
+    each kept (equal when both did the same job; marked when not)."""
     peers = _by_size(summaries, PEER)
     if not peers:
         return "_not run (no peer, or its package is not installed: pip install -e '.[peers]')_"
     lines = [
         "| rows | peer | workers | peer s | each repetition s | peer peak PSS MB | peer rows kept "
         "| peer tokens kept | our backend | our s | our rows kept | wall ours / peer "
-        "| PSS ours / peer |",
-        "|---:|---|---:|---:|---|---:|---:|---:|---|---:|---:|---:|---:|",
+        "| PSS ours / peer | CPU ours / peer |",
+        "|---:|---|---:|---:|---|---:|---:|---:|---|---:|---:|---:|---:|---:|",
     ]
     for p in peers:
         m = p.median
@@ -127,14 +128,15 @@ def peers_table(summaries: Sequence[Summary]) -> str:
         )
         ours = [s for s in _by_size(summaries, OURS) if s.size == p.size]
         if not ours:
-            lines.append(f"{head} - | - | - | - | - |")
+            lines.append(f"{head} - | - | - | - | - | - |")
         for s in ours:
             o = s.median
             same = "" if (o.rows_out, o.tokens) == (m.rows_out, m.tokens) else " **differs**"
             pss = o.peak_total_pss_mb / m.peak_total_pss_mb if m.peak_total_pss_mb else 0.0
+            cpu = o.cpu_seconds / m.cpu_seconds if m.cpu_seconds else 0.0
             lines.append(
                 f"{head} {s.backend} | {o.seconds:.2f} | {_n(o.rows_out)}{same} | "
-                f"{o.seconds / max(m.seconds, 1e-9):.2f} | {pss:.2f} |"
+                f"{o.seconds / max(m.seconds, 1e-9):.2f} | {pss:.2f} | {cpu:.2f} |"
             )
     return "\n".join(lines)
 

@@ -80,12 +80,12 @@ def test_compare_study_prints_the_skip_line_and_runs_on(tmp_path, capsys, monkey
 
 def test_peers_table_sets_each_peer_beside_each_backend():
     runs = [
-        replace(_run(OURS, "in_process", 1, 2.0), peak_total_pss_mb=300.0),
-        replace(_run(PEER, "hf_datasets", 1, 8.0), peak_total_pss_mb=600.0),
+        replace(_run(OURS, "in_process", 1, 2.0), peak_total_pss_mb=300.0, cpu_seconds=3.0),
+        replace(_run(PEER, "hf_datasets", 1, 8.0), peak_total_pss_mb=600.0, cpu_seconds=12.0),
         replace(_run(PEER, "datatrove", 1, 4.0), rows_out=899),
     ]
     table = peers_table(summarize(runs))
     (hf,) = _rows(table, "hf_datasets")
-    assert hf[-5:] == ["in_process", "2.00", "900", "0.25", "0.50"]
+    assert hf[-6:] == ["in_process", "2.00", "900", "0.25", "0.50", "0.25"]
     (dt,) = _rows(table, "datatrove")
-    assert dt[-3] == "900 **differs**"  # a peer that kept other rows did another job
+    assert dt[-4] == "900 **differs**"  # a peer that kept other rows did another job
