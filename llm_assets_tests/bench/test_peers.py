@@ -12,6 +12,9 @@ from llm_assets.bench.ceiling import run_kernels
 from llm_assets.bench.reference import STUDY_MIN_TOKENS, run_single
 from llm_assets.bench.report import peers_table
 from llm_assets.bench.runner import OURS, PEER, BenchmarkPlan, ensure_corpus, read_lines, summarize
+from llm_assets.warehouse.benchmarks import RESULTS_TABLE
+from llm_assets.warehouse.resource import WarehouseResource
+from llm_assets_tests.bench.test_benchmark_asset import _materialize, _metadata
 from llm_assets_tests.bench.test_compare_study import TINY, _compare_study
 from llm_assets_tests.bench.test_report import _rows, _run
 
@@ -89,3 +92,25 @@ def test_peers_table_sets_each_peer_beside_each_backend():
     assert hf[-6:] == ["in_process", "2.00", "900", "0.25", "0.50", "0.25"]
     (dt,) = _rows(table, "datatrove")
     assert dt[-4] == "900 **differs**"  # a peer that kept other rows did another job
+
+
+def test_the_benchmark_asset_runs_the_installed_peers(tmp_path):
+    """benchmark_report with include_peers: each peer's repetition is recorded beside ours, and
+    its report's peers table shows both kept the same rows."""
+    for package in peers.PEER_PACKAGES.values():
+        pytest.importorskip(package)
+    result = _materialize(
+        tmp_path, ["in_process"], include_reference=False, include_peers=True, sizes=[ROWS]
+    )
+    assert result.success
+    catalog = WarehouseResource(root=str(tmp_path)).catalog()
+    recorded = catalog.query(
+        f"SELECT runner, backend, rows_out, tokens FROM {RESULTS_TABLE} ORDER BY runner, backend"
+    )
+    assert [r[:2] for r in recorded] == [
+        ("ours", "in_process"), ("peer", "datatrove"), ("peer", "hf_datasets")
+    ]  # fmt: skip
+    assert len({r[2:] for r in recorded}) == 1  # the same rows and tokens kept by all
+    report = _metadata(result)["report"].value
+    assert "### Peers on the same rows" in report and "**differs**" not in report
+    assert "| 200 | hf_datasets | 2 |" in report and "| 200 | datatrove | 2 |" in report
