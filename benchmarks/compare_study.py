@@ -1,6 +1,7 @@
 """Compare our pipeline with the published study's runners on the same generated rows.
 
-Generates the data (llm_assets.datagen), runs the study's runners and our pipeline (medians of the
+Generates the data (llm_assets.datagen), runs the study's runners, the peers (HF datasets and
+datatrove, when installed: pip install -e '.[peers]') and our pipeline (medians of the
 repetitions, a warm-up first), measures the tokenizer-only ceiling and the in-memory kernels bound
 (the study's job with our kernels, nothing written), prints a table and the ratios
 against the targets, and writes JSON + Markdown to benchmarks/results/. See benchmarks/README.md.
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from llm_assets.bench.ceiling import Ceiling, KernelsBound, kernels_bound, tokenizer_ceiling
+from llm_assets.bench.peers import PEER_RUNNERS, installed_peers
 from llm_assets.bench.reference import REFERENCE_RUNNERS, STUDY_MIN_TOKENS
 from llm_assets.bench.report import markdown_report, write_charts
 from llm_assets.bench.runner import (
@@ -88,6 +90,11 @@ def backends_arg(text: str) -> list[str]:
 def reference_arg(text: str) -> list[str]:
     """``--reference``: comma-separated names of the study's runners ('' for none)."""
     return _choices(text, REFERENCE_RUNNERS, "study runner")
+
+
+def peers_arg(text: str) -> list[str]:
+    """``--peers``: comma-separated names of the peers ('' for none)."""
+    return _choices(text, PEER_RUNNERS, "peer")
 
 
 def caps_arg(text: str) -> dict[str, int]:
@@ -262,15 +269,16 @@ def where_time_goes_markdown(
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Parse the arguments (a bad one is a one-line usage error, exit 2), run the benchmark and
-    write its report."""
+def build_parser() -> argparse.ArgumentParser:
+    """The command line: sizes, what to run, how often, where to write."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--sizes", type=sizes_arg, default="1000,32000,200000",
                         help="rows, comma-separated")  # fmt: skip
     parser.add_argument("--backends", type=backends_arg, default=",".join(BACKENDS))
     parser.add_argument("--reference", type=reference_arg, default=",".join(REFERENCE_RUNNERS),
                         help="study runners to re-measure ('' for none)")  # fmt: skip
+    parser.add_argument("--peers", type=peers_arg, default=",".join(PEER_RUNNERS),
+                        help="peers to run when installed ('' for none)")  # fmt: skip
     parser.add_argument("--reference-max-rows", type=caps_arg, default="ray=32000",
                         help="runner=rows caps, e.g. ray=32000,multiprocessing=200000")  # fmt: skip
     parser.add_argument("--repetitions", type=int, default=3)
@@ -286,6 +294,13 @@ def main(argv: list[str] | None = None) -> int:
         "--catalog", default="", help="also append each result to this DuckDB file when measured"
     )
     parser.add_argument("--seed", type=int, default=0)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse the arguments (a bad one is a one-line usage error, exit 2), run the benchmark and
+    write its report."""
+    parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     log = logging.getLogger("compare_study")
@@ -297,6 +312,7 @@ def main(argv: list[str] | None = None) -> int:
             sizes=tuple(sizes),
             backends=tuple(args.backends),
             reference_runners=tuple(args.reference),
+            peer_runners=installed_peers(args.peers, print),
             repetitions=args.repetitions,
             workers=args.workers,
             warmup=not args.no_warmup,
@@ -365,6 +381,7 @@ def main(argv: list[str] | None = None) -> int:
             "sizes": sizes,
             "backends": plan.backends,
             "reference": plan.reference_runners,
+            "peers": plan.peer_runners,
             "repetitions": plan.repetitions,
             "workers": workers,
         },

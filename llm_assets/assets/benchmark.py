@@ -32,6 +32,11 @@ class BenchmarkConfig(dg.Config):
     include_reference: bool = Field(
         True, description="Also re-measure the study's own runners on the same rows"
     )
+    include_peers: bool = Field(
+        True,
+        description="Also run HF datasets and datatrove on the same rows, when installed "
+        "(pip install -e '.[peers]'); a missing one is skipped with a warning",
+    )
     reference_ray_max_rows: int = Field(
         32_000,
         description="Largest size for the study's Ray runner (one remote call per row: slow)",
@@ -52,11 +57,13 @@ def benchmark_report(
 ) -> dg.MaterializeResult:
     """How fast, and with how much memory, each compute backend runs the published study's
     workload (``ascii_lower``, GPT-2, drop < 10 tokens, batches) on this machine, at several sizes
-    of generated data, next to the study's own runners re-measured here; every repetition is
+    of generated data, next to the study's own runners re-measured here and the peers (HF
+    datasets, datatrove) when installed; every repetition is
     appended to the catalog table ``benchmark_results`` (history across runs and commits) as soon
     as it is measured, so a run that fails midway keeps what it measured."""
     # The benchmark's machinery is imported when it runs, not when the definitions load (every
     # pipeline run, UI load and sensor tick loads them).
+    from llm_assets.bench.peers import PEER_RUNNERS, installed_peers
     from llm_assets.bench.reference import REFERENCE_RUNNERS
     from llm_assets.bench.report import markdown_report, winners, write_charts
     from llm_assets.bench.runner import BenchmarkPlan, RunResult, Workload, run_benchmark, summarize
@@ -71,6 +78,9 @@ def benchmark_report(
         sizes=tuple(sorted(set(config.sizes))),
         backends=tuple(config.backends),
         reference_runners=REFERENCE_RUNNERS if config.include_reference else (),
+        peer_runners=installed_peers(PEER_RUNNERS, context.log.warning)
+        if config.include_peers
+        else (),
         repetitions=config.repetitions,
         workers=config.workers,
         warmup=config.warmup,

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from llm_assets.bench.reference import STUDY_RESULTS, StudyRow
-from llm_assets.bench.runner import OURS, REFERENCE, STARTUP, RunResult, Summary
+from llm_assets.bench.runner import OURS, PEER, REFERENCE, STARTUP, RunResult, Summary
 from llm_assets.machine import machine_info
 from llm_assets.stages.shard_io import PARTS, add_parts
 
@@ -103,6 +103,41 @@ def reference_table(summaries: Sequence[Summary]) -> str:
             f"{m.seconds:.2f} | {_each(s)} | {m.startup_seconds:.2f} | {_n(m.rows_per_second)} | "
             f"{_memory(m)} | {_n(m.peak_driver_rss_mb)} | {m.cpu_seconds:.1f} |"
         )
+    return "\n".join(lines)
+
+
+def peers_table(summaries: Sequence[Summary]) -> str:
+    """Each peer beside each of our backends at the same size: wall seconds and peak PSS, and
+    ours / peer for both and for CPU seconds (below 1: ours is faster, smaller or cheaper; CPU
+    seconds move less than wall time when other work shares the cores), with the rows and tokens
+    each kept (equal when both did the same job; marked when not)."""
+    peers = _by_size(summaries, PEER)
+    if not peers:
+        return "_not run (no peer, or its package is not installed: pip install -e '.[peers]')_"
+    lines = [
+        "| rows | peer | workers | peer s | each repetition s | peer peak PSS MB | peer rows kept "
+        "| peer tokens kept | our backend | our s | our rows kept | wall ours / peer "
+        "| PSS ours / peer | CPU ours / peer |",
+        "|---:|---|---:|---:|---|---:|---:|---:|---|---:|---:|---:|---:|---:|",
+    ]
+    for p in peers:
+        m = p.median
+        head = (
+            f"| {_n(p.size)} | {p.backend} | {m.workers} | {m.seconds:.2f} | {_each(p)} | "
+            f"{_memory(m)} | {_n(m.rows_out)} | {_n(m.tokens)} |"
+        )
+        ours = [s for s in _by_size(summaries, OURS) if s.size == p.size]
+        if not ours:
+            lines.append(f"{head} - | - | - | - | - | - |")
+        for s in ours:
+            o = s.median
+            same = "" if (o.rows_out, o.tokens) == (m.rows_out, m.tokens) else " **differs**"
+            pss = o.peak_total_pss_mb / m.peak_total_pss_mb if m.peak_total_pss_mb else 0.0
+            cpu = o.cpu_seconds / m.cpu_seconds if m.cpu_seconds else 0.0
+            lines.append(
+                f"{head} {s.backend} | {o.seconds:.2f} | {_n(o.rows_out)}{same} | "
+                f"{o.seconds / max(m.seconds, 1e-9):.2f} | {pss:.2f} | {cpu:.2f} |"
+            )
     return "\n".join(lines)
 
 
@@ -259,6 +294,11 @@ def markdown_report(
         "### The study's runners, re-measured here",
         reference_table(summaries),
         *([note] if (note := memory_note(summaries)) else []),
+        "### Peers on the same rows (HF datasets, datatrove)",
+        "The same job (`ascii_lower`, GPT-2, drop < 10 tokens, pack into blocks, write) written "
+        "with each tool as its documentation does it, on the same cores "
+        "(`llm_assets.bench.peers`).",
+        peers_table(summaries),
         "### The study's published table, side by side",
         study_table(summaries),
         "### Seconds per stage (our pipeline)",
@@ -305,7 +345,7 @@ def write_charts(summaries: Sequence[Summary], out_dir: str | Path) -> dict[str,
     for name, (value, ylabel, title) in charts.items():
         fig, ax = plt.subplots(figsize=(7, 4.2), dpi=100)
         for label, (xs, ys) in sorted(_series(summaries, value).items()):
-            style = "--" if label.startswith(REFERENCE) else "-"
+            style = {REFERENCE: "--", PEER: ":"}.get(label.split("/")[0], "-")
             ax.plot(xs, ys, style, marker="o", label=label)
         ax.set_xscale("log")
         ax.set_xlabel("rows (log scale)")

@@ -32,6 +32,7 @@ from typing import Any
 
 from llm_assets import storage
 from llm_assets.bench.measure import ResourceSampler
+from llm_assets.bench.peers import PEER_RUNNERS, run_peer
 from llm_assets.bench.reference import REFERENCE_RUNNERS, STUDY_MIN_TOKENS, run_reference
 from llm_assets.compute.backends import (
     BACKENDS,
@@ -64,6 +65,7 @@ from llm_assets.warehouse.catalog import Catalog
 
 OURS = "ours"
 REFERENCE = "reference"
+PEER = "peer"
 STARTUP = "startup"
 CORPUS_NAME = "corpus"
 DEFAULT_SEED = 0
@@ -97,9 +99,10 @@ class RunResult:
     """One measured run of one runner on one corpus."""
 
     runner: str
-    """``ours`` or ``reference``."""
+    """``ours``, ``reference`` or ``peer``."""
     backend: str
-    """Our backend (in_process, multiprocess, ray) or the study's runner (single, ...)."""
+    """Our backend (in_process, multiprocess, ray), the study's runner (single, ...) or the peer
+    (hf_datasets, datatrove)."""
     size: int
     repetition: int
     """1-based; 0 is the warm-up (not counted), or a :class:`Summary`'s medians (no one run)."""
@@ -376,10 +379,49 @@ def run_reference_measured(
     )
 
 
+def run_peer_measured(
+    input_file: str | Path,
+    runner: str,
+    *,
+    work_dir: str | Path,
+    workers: int = 0,
+    size: int = 0,
+    repetition: int = 1,
+) -> RunResult:
+    """Run one of :data:`~llm_assets.bench.peers.PEER_RUNNERS` on ``input_file`` under the same
+    sampler as ours; its output folder is removed afterwards."""
+    out = Path(work_dir) / f"peer-{runner}-{size}-{repetition}-{os.getpid()}"
+    gc.collect()
+    sampler = ResourceSampler().start()
+    try:
+        result = run_peer(runner, input_file, out, workers=workers)
+    finally:
+        measured = sampler.stop()
+        shutil.rmtree(out, ignore_errors=True)
+    return RunResult(
+        runner=PEER,
+        backend=runner,
+        size=size or result.rows_in,
+        repetition=repetition,
+        workers=result.workers,
+        rows_in=result.rows_in,
+        rows_out=result.rows_out,
+        tokens=result.tokens,
+        bytes_in=Path(input_file).stat().st_size,
+        seconds=result.seconds,
+        startup_seconds=result.startup_seconds,
+        cpu_seconds=measured.cpu_seconds,
+        peak_total_pss_mb=measured.peak_total_pss_mb,
+        peak_driver_rss_mb=measured.peak_driver_rss_mb,
+        peak_processes=measured.peak_processes,
+        memory_kind=measured.memory_kind,
+    )
+
+
 # --- a whole benchmark ----------------------------------------------------------------------------
 @dataclass(frozen=True)
 class BenchmarkPlan:
-    """What to run: sizes x (our backends + the study's runners) x repetitions.
+    """What to run: sizes x (our backends + the study's runners + peers) x repetitions.
 
     Sizes, backends and study runners named twice are measured once (the first mention keeps
     its place), as the benchmark asset and ``compare_study.py`` treat sizes: a repeated backend
@@ -392,6 +434,9 @@ class BenchmarkPlan:
     sizes: tuple[int, ...] = (1_000, 32_000, 200_000)
     backends: tuple[str, ...] = BACKENDS
     reference_runners: tuple[str, ...] = ()
+    peer_runners: tuple[str, ...] = ()
+    """Peers (:data:`~llm_assets.bench.peers.PEER_RUNNERS`) to run; their packages must be
+    installed (:func:`~llm_assets.bench.peers.installed_peers` leaves out the others)."""
     repetitions: int = 3
     workers: int = 0
     warmup: bool = True
@@ -401,7 +446,7 @@ class BenchmarkPlan:
     workload: Workload = field(default_factory=Workload)
 
     def __post_init__(self) -> None:
-        for name in ("sizes", "backends", "reference_runners"):
+        for name in ("sizes", "backends", "reference_runners", "peer_runners"):
             object.__setattr__(self, name, tuple(dict.fromkeys(getattr(self, name))))
         if self.repetitions < 1:
             raise ValueError(f"repetitions must be >= 1, got {self.repetitions}")
@@ -411,6 +456,7 @@ class BenchmarkPlan:
         on_cluster = (
             bool(self.backends)
             and not self.reference_runners
+            and not self.peer_runners
             and all(cluster_address(b, None) for b in self.backends)
         )
         check_backend_settings(
@@ -424,6 +470,9 @@ class BenchmarkPlan:
         for runner in self.reference_runners:
             if runner not in REFERENCE_RUNNERS:
                 raise ValueError(f"unknown study runner {runner!r}; choose {REFERENCE_RUNNERS}")
+        for runner in self.peer_runners:
+            if runner not in PEER_RUNNERS:
+                raise ValueError(f"unknown peer {runner!r}; choose from {PEER_RUNNERS}")
         if not self.runs():
             raise ValueError(
                 "nothing to measure: no backends, and no study runner at these sizes "
@@ -441,6 +490,7 @@ class BenchmarkPlan:
                 for r in self.reference_runners
                 if size <= self.reference_max_rows.get(r, size)
             ]
+            todo += [(size, PEER, p) for p in self.peer_runners]
         return todo
 
 
@@ -475,8 +525,9 @@ def run_benchmark(
                 run_pipeline, corpus.parent, backend, work_dir=work_dir, workers=workers,
                 size=size, repetition=repetition, workload=plan.workload,
             )  # fmt: skip
+        measured = run_peer_measured if kind == PEER else run_reference_measured
         return run_isolated(
-            run_reference_measured, corpus, backend, work_dir=work_dir, workers=workers,
+            measured, corpus, backend, work_dir=work_dir, workers=workers,
             size=size, repetition=repetition,
         )  # fmt: skip
 
@@ -490,7 +541,8 @@ def run_benchmark(
             log.info(
                 f"benchmark: {result.label} {size} rows, rep {repetition}: "
                 f"{result.seconds:.2f} s ({result.startup_seconds:.2f} s start-up), "
-                f"{result.rows_per_second:,.0f} rows/s, {result.peak_total_pss_mb:.0f} MB PSS"
+                f"{result.rows_per_second:,.0f} rows/s, {result.peak_total_pss_mb:.0f} MB PSS, "
+                f"{result.rows_out:,} rows kept"
             )
             results.append(result)
             if on_result is not None:

@@ -19,6 +19,7 @@ def _materialize(root, backends, include_reference=True, **overrides):
         "repetitions": 1,
         "workers": 2,
         "include_reference": include_reference,
+        "include_peers": False,  # the peers' own tests: llm_assets_tests/bench/test_peers.py
         "reference_ray_max_rows": 0,  # the study's Ray runner: see the slow test
         "warmup": False,
         **overrides,

@@ -10,8 +10,8 @@ import pytest
 from llm_assets_tests.bench.test_plan import TOO_LARGE, TOO_MANY_WORKERS
 from llm_assets_tests.conftest import REPO
 
-TINY = ["--sizes", "200", "--backends", "in_process", "--reference", "", "--repetitions", "1",
-        "--no-warmup", "--no-ceiling"]  # fmt: skip
+TINY = ["--sizes", "200", "--backends", "in_process", "--reference", "", "--peers", "",
+        "--repetitions", "1", "--no-warmup", "--no-ceiling"]  # fmt: skip
 """A run of seconds: each test's own arguments come after it (argparse keeps the last)."""
 
 

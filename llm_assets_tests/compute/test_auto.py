@@ -298,7 +298,7 @@ def test_default_setup_auto_runs_the_pipeline_on_the_benchmarks_winner(tmp_path,
     shutil.copytree(SAMPLE_DIR, tmp_path / "input")
     benchmark_config = {
         "sizes": [200], "backends": ["multiprocess"], "repetitions": 1, "workers": 2,
-        "include_reference": False, "warmup": False,
+        "include_reference": False, "include_peers": False, "warmup": False,
     }  # fmt: skip
     benchmark = defs.resolve_job_def(BENCHMARK_JOB).execute_in_process(
         run_config={"ops": {BENCHMARK_REPORT: {"config": benchmark_config}}}
