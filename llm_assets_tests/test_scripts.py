@@ -40,7 +40,7 @@ def test_setup_installs_each_set_once_and_the_test_set_holds_the_runtime(tmp_pat
 
     assert installs("runtime") == ["-m pip install --quiet -e ."]
     assert installs("runtime") == []
-    assert installs("test") == ["-m pip install --quiet -e .[dev,torch]"]
+    assert installs("test") == ["-m pip install --quiet -e .[dev,torch,peers]"]
     assert installs("test") == []
     stamp = tmp_path / ".venv" / ".llm-assets-runtime"
     os.utime(stamp, (0, 0))  # pyproject.toml is newer than the stamp: install again

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Create .venv (once) and install the package for what is run: `setup.sh runtime` (the pipeline:
-# `pip install -e .`) or `setup.sh test` (adds the test tools and torch: `.[dev,torch]`).
+# `pip install -e .`) or `setup.sh test` (adds the test tools, torch and the benchmark's peers:
+# `.[dev,torch,peers]`).
 # Idempotent, with a stamp per set, so each README command works on a fresh machine and running
 # the tests after a run adds only the test extras.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 case "${1:-}" in
   runtime) target="." ;;
-  test) target=".[dev,torch]" ;;
+  test) target=".[dev,torch,peers]" ;;
   *) echo "usage: bash scripts/setup.sh runtime|test" >&2; exit 2 ;;
 esac
 PYTHON=${PYTHON:-python3}
