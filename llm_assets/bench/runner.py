@@ -339,28 +339,27 @@ def run_pipeline(
     )
 
 
-# --- the study's runners --------------------------------------------------------------------------
-def run_reference_measured(
-    input_file: str | Path,
+# --- the study's runners and the peers ------------------------------------------------------------
+def _sampled(
+    kind: str,
     runner: str,
-    *,
-    work_dir: str | Path,
-    workers: int = 0,
-    size: int = 0,
-    repetition: int = 1,
+    run: Callable[[], Any],
+    cleanup: Callable[[], None],
+    input_file: str | Path,
+    size: int,
+    repetition: int,
 ) -> RunResult:
-    """Run one of the study's runners on ``input_file`` under the same sampler as ours."""
-    out = Path(work_dir) / f"reference-{runner}-{size}-{repetition}-{os.getpid()}.jsonl"
-    out.parent.mkdir(parents=True, exist_ok=True)
+    """``run()`` (a reference runner or a peer) under the same sampler as ours, then
+    ``cleanup()`` (its output removed), as a :class:`RunResult` of ``kind``."""
     gc.collect()
     sampler = ResourceSampler().start()
     try:
-        result = run_reference(runner, input_file, out, workers=workers)
+        result = run()
     finally:
         measured = sampler.stop()
-        out.unlink(missing_ok=True)
+        cleanup()
     return RunResult(
-        runner=REFERENCE,
+        runner=kind,
         backend=runner,
         size=size or result.rows_in,
         repetition=repetition,
@@ -379,6 +378,29 @@ def run_reference_measured(
     )
 
 
+def run_reference_measured(
+    input_file: str | Path,
+    runner: str,
+    *,
+    work_dir: str | Path,
+    workers: int = 0,
+    size: int = 0,
+    repetition: int = 1,
+) -> RunResult:
+    """Run one of the study's runners on ``input_file`` under the same sampler as ours."""
+    out = Path(work_dir) / f"reference-{runner}-{size}-{repetition}-{os.getpid()}.jsonl"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    return _sampled(
+        REFERENCE,
+        runner,
+        lambda: run_reference(runner, input_file, out, workers=workers),
+        lambda: out.unlink(missing_ok=True),
+        input_file,
+        size,
+        repetition,
+    )
+
+
 def run_peer_measured(
     input_file: str | Path,
     runner: str,
@@ -391,30 +413,14 @@ def run_peer_measured(
     """Run one of :data:`~llm_assets.bench.peers.PEER_RUNNERS` on ``input_file`` under the same
     sampler as ours; its output folder is removed afterwards."""
     out = Path(work_dir) / f"peer-{runner}-{size}-{repetition}-{os.getpid()}"
-    gc.collect()
-    sampler = ResourceSampler().start()
-    try:
-        result = run_peer(runner, input_file, out, workers=workers)
-    finally:
-        measured = sampler.stop()
-        shutil.rmtree(out, ignore_errors=True)
-    return RunResult(
-        runner=PEER,
-        backend=runner,
-        size=size or result.rows_in,
-        repetition=repetition,
-        workers=result.workers,
-        rows_in=result.rows_in,
-        rows_out=result.rows_out,
-        tokens=result.tokens,
-        bytes_in=Path(input_file).stat().st_size,
-        seconds=result.seconds,
-        startup_seconds=result.startup_seconds,
-        cpu_seconds=measured.cpu_seconds,
-        peak_total_pss_mb=measured.peak_total_pss_mb,
-        peak_driver_rss_mb=measured.peak_driver_rss_mb,
-        peak_processes=measured.peak_processes,
-        memory_kind=measured.memory_kind,
+    return _sampled(
+        PEER,
+        runner,
+        lambda: run_peer(runner, input_file, out, workers=workers),
+        lambda: shutil.rmtree(out, ignore_errors=True),
+        input_file,
+        size,
+        repetition,
     )
 
 
