@@ -140,7 +140,7 @@ one 60 MB document would otherwise need ~300 MB of them at once."""
 
 def _flagged_bytes(data: np.ndarray) -> np.ndarray:
     """Positions in ``data`` (UTF-8) of a double space, an ASCII control character or the first
-    byte of a Unicode space or C1 control, in order; a window of bytes at a time."""
+    byte of a Unicode space or C1 control (not sorted), a window of bytes at a time."""
     parts = [np.zeros(0, np.int64)]
     size = len(data)
     for first in range(0, size, SCAN_WINDOW):

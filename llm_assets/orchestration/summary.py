@@ -119,6 +119,6 @@ def run_summary(
     batches = None
     if current is not None:
         folder = stage_dir(warehouse, TRAINING_BATCHES, current)
-        batches = folder if remote else Path(folder).resolve()
+        batches = folder if remote else folder.resolve()
     stages = stage_summaries(catalog, run_id, steps)
     return format_summary(stages, warehouse, batches, catalog.path if remote else None)
